@@ -1,0 +1,5 @@
+import sys
+
+from cvmvm.cli import main
+
+sys.exit(main())

@@ -1,0 +1,140 @@
+"""The public Python interface: load, verify, run."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from isa.attrs import parse_attrs
+from isa.errors import InputError, InvalidError
+from isa.table import OP_BY_NAME
+from isa.types import DTYPES, INT32, TensorType, bitlen, precision_bound
+from serializer import cortex, native
+from serializer.hashing import outputs_hash, tensor_hash
+from serializer.model import Input, Instr, Model as ModelIR
+from cvmvm import files
+from cvmvm.execute import execute
+from cvmvm.trace import Trace, Tracer
+from cvmvm.verify import Limits, Program, verify
+
+
+@dataclass(frozen=True)
+class Result:
+    outputs: list[np.ndarray]
+    ops: int
+    output_hashes: tuple[bytes, ...]
+    output_hash: bytes
+    trace: Trace | None = None
+
+
+class Model:
+    """A verified program, ready to run any number of times."""
+
+    def __init__(self, program: Program, canonical: bytes | None = None) -> None:
+        self.program = program
+        self._canonical = canonical
+
+    @property
+    def canonical_bytes(self) -> bytes:
+        """The model in the native format: the bytes that ``model_hash`` commits to."""
+        if self._canonical is None:
+            self._canonical = native.encode(self.program.model)
+        return self._canonical
+
+    @property
+    def model_hash(self) -> bytes:
+        return hashlib.sha256(self.canonical_bytes).digest()
+
+    @property
+    def ops(self) -> int:
+        return self.program.ops
+
+    @property
+    def gas(self) -> int:
+        """The Cortex chain's gas: ops / 20000, truncated."""
+        return self.program.ops // 20000
+
+    @property
+    def inputs(self) -> dict[str, TensorType]:
+        return {i.name: i.type for i in self.program.model.inputs}
+
+    @property
+    def output_types(self) -> tuple[TensorType, ...]:
+        return self.program.output_types
+
+    def run(self, inputs: Mapping[str, np.ndarray], trace: bool = False) -> Result:
+        """Run once; with ``trace`` every tensor is hashed into a Merkle-committed trace."""
+        tracer = Tracer(self.program) if trace else None
+        outputs = execute(self.program, inputs, tracer)
+        if tracer is not None:
+            digests = tuple(tracer.digests[t] for t in self.program.model.outputs)
+        else:
+            digests = tuple(tensor_hash(v, t.dtype) for v, t in zip(outputs, self.program.output_types))
+        return Result(outputs, self.program.ops, digests, outputs_hash(digests),
+                      tracer.trace() if tracer is not None else None)
+
+
+def load(source: str | os.PathLike[str] | bytes, *, ops_limit: int | None = None) -> Model:
+    """Load and verify a native (canonical msgpack) model from a path or bytes."""
+    data = source if isinstance(source, bytes) else files.read_bytes(source, "model")
+    return Model(verify(native.decode(data), Limits(ops=ops_limit)), canonical=data)
+
+
+def load_cortex(graph: Any, params: Any = None, *, ops_limit: int | None = None) -> Model:
+    """Load and verify a Cortex model (graph: path, str, bytes or dict; params: path, bytes or None)."""
+    return Model(verify(cortex.read_cortex(graph, params), Limits(ops=ops_limit)))
+
+
+def _run_op_type(k: int, value: np.ndarray, precision: int | None) -> TensorType:
+    if not isinstance(value, np.ndarray):
+        raise InputError("dtype", f"input {k}: expected a numpy array, got {type(value).__name__}")
+    shape = tuple(int(d) for d in value.shape)
+    if value.dtype.kind in "iu" and value.dtype.itemsize > 1:
+        if precision is None:
+            if value.size == 0:
+                precision = 1
+            else:
+                big = max(abs(int(value.min())), abs(int(value.max())))
+                precision = bitlen(big) + 1
+        return TensorType(shape, precision, INT32)
+    for name, dt in DTYPES.items():
+        if value.dtype.newbyteorder("<") == dt.newbyteorder("<") and name != INT32:
+            return TensorType(shape, None, name)
+    raise InputError("dtype", f"input {k}: unsupported dtype {value.dtype}")
+
+
+def run_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,
+           precisions: Sequence[int | None] | None = None) -> list[np.ndarray]:
+    """Verify and run one op, exactly as inside a model.
+
+    Attributes are typed Python values; missing ones take the Cortex runtime's
+    defaults.  ``precisions`` gives each int32 input's precision (default: the
+    smallest that holds its values); unlike a model's ``data``, values outside
+    it are an error, not clipped.
+    """
+    op = OP_BY_NAME.get(name)
+    if op is None:
+        raise InvalidError("op", f"unknown op {name!r}")
+    if precisions is not None and len(precisions) != len(inputs):
+        raise InputError("precision", f"{len(precisions)} precisions for {len(inputs)} inputs")
+    record = parse_attrs(op.attrs, dict(attrs or {}), fill_defaults=True)
+    types = [_run_op_type(k, v, None if precisions is None else precisions[k]) for k, v in enumerate(inputs)]
+    feeds = {}
+    for k, (t, v) in enumerate(zip(types, inputs)):
+        if t.dtype == INT32 and v.size and 1 <= t.precision <= 32:
+            bound = precision_bound(t.precision)
+            if int(v.min()) < -bound or int(v.max()) > bound:
+                raise InputError("value", f"input {k}: values outside precision {t.precision} (+-{bound})")
+        feeds[f"in{k}"] = v
+    n_in = len(types)
+    outputs = tuple(range(n_in, n_in + len(op.outputs)))
+    model = ModelIR(inputs=tuple(Input(f"in{k}", t) for k, t in enumerate(types)), params=(),
+                    instrs=(Instr(name, record, tuple(range(n_in)), outputs),), outputs=outputs)
+    return execute(verify(model), feeds)
+
+
+__all__ = ["Model", "Result", "Limits", "load", "load_cortex", "run_op"]

@@ -1,0 +1,90 @@
+"""Static tensor facts and the integer helpers every op shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+Shape = tuple[int, ...]
+
+INT32 = "int32"
+
+# Every dtype a cvmvm tensor may have, each with its explicit little-endian numpy form.
+# Only int32 carries a precision; the others exist for max_pool (MAXPOOL.md).
+DTYPES: dict[str, np.dtype] = {
+    "int8": np.dtype("i1"),
+    "uint8": np.dtype("u1"),
+    "int32": np.dtype("<i4"),
+    "int64": np.dtype("<i8"),
+    "float16": np.dtype("<f2"),
+    "float32": np.dtype("<f4"),
+    "float64": np.dtype("<f8"),
+}
+
+MAX_RANK = 6
+MAX_DIM = 1 << 24
+MAX_SIZE = 1 << 30
+MIN_PRECISION = 1
+MAX_PRECISION = 32
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """What verification knows about a tensor before any value exists."""
+
+    shape: Shape
+    precision: int | None  # int32 tensors: in [1, 32]; other dtypes: None
+    dtype: str = INT32
+
+    @property
+    def size(self) -> int:
+        return shape_size(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def shape_size(shape: Shape) -> int:
+    """Number of elements, as an unbounded Python int."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def bitlen(n: int) -> int:
+    """Bits needed for |n|: Python's int.bit_length (1 -> 1, 4 -> 3, 8 -> 4)."""
+    return int(n).bit_length()
+
+
+def number_precision(n: int) -> int:
+    """The Cortex runtime's GetNumberPrecision: bitlen(n + 1) + 1 (127 -> 9, off by one at 2^k - 1, kept on purpose)."""
+    return bitlen(int(n) + 1) + 1
+
+
+def precision_bound(precision: int) -> int:
+    """Largest |v| a tensor of this precision may hold: 2^(p-1) - 1."""
+    return (1 << (precision - 1)) - 1
+
+
+def clip_to_precision(x: np.ndarray, precision: int) -> np.ndarray:
+    """Clip to +-(2^(p-1) - 1) and return int32; input may be int32 or int64."""
+    bound = precision_bound(precision)
+    return np.clip(x, -bound, bound).astype(np.int32)
+
+
+def div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C division on int64 arrays: truncates toward zero, and x / 0 = 0.
+
+    numpy's ``//`` floors, so the quotient is taken on magnitudes and the sign
+    put back.
+    """
+    a64 = np.asarray(a, dtype=np.int64)
+    b64 = np.asarray(b, dtype=np.int64)
+    zero = b64 == 0
+    safe = np.where(zero, np.int64(1), b64)
+    q = np.abs(a64) // np.abs(safe)
+    q = np.where((a64 < 0) != (safe < 0), -q, q)
+    return np.where(zero, np.int64(0), q).astype(np.int64)

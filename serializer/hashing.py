@@ -1,0 +1,138 @@
+"""Canonical hashes: tensors, traces (a Merkle tree) and outputs.
+
+Every construction is specified byte for byte in docs/FORMAT.md and pinned by
+known-answer tests.  SHA-256 throughout; every preimage starts with its own
+domain tag so a hash of one kind can never be read as another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from isa.types import DTYPES
+
+TENSOR_TAG = b"cvmvm/tensor/v1\x00"
+OUTPUTS_TAG = b"cvmvm/outputs/v1\x00"
+LEAF_PREFIX = b"\x00"
+NODE_PREFIX = b"\x01"
+
+# Wire codes of the dtypes, fixed forever (docs/FORMAT.md).
+DTYPE_CODES: dict[str, int] = {"int8": 1, "uint8": 2, "int32": 3, "int64": 4,
+                               "float16": 5, "float32": 6, "float64": 7}
+
+# Kinds of trace entries.
+INPUT, PARAM, INSTR = 0, 1, 2
+KIND_NAMES = ("input", "param", "instr")
+
+
+def tensor_header(dtype: str, shape: Sequence[int]) -> bytes:
+    return (TENSOR_TAG + struct.pack("<BB", DTYPE_CODES[dtype], len(shape))
+            + b"".join(struct.pack("<Q", d) for d in shape))
+
+
+def canonical_array(value: np.ndarray, dtype: str) -> np.ndarray:
+    """The array as C-contiguous little-endian ``dtype``; no copy when it already is."""
+    return np.ascontiguousarray(value, dtype=DTYPES[dtype].newbyteorder("<"))
+
+
+def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
+    """SHA-256(TENSOR_TAG || u8 dtype || u8 ndim || u64le dims || little-endian data).
+
+    ``dtype`` names the VM dtype; by default it is the array's own (byte order
+    ignored: a big-endian or strided array hashes like its canonical form).
+    """
+    if dtype is None:
+        dtype = next((n for n, dt in DTYPES.items() if dt == value.dtype.newbyteorder("<")), None)
+        if dtype is None:
+            raise ValueError(f"no VM dtype for numpy dtype {value.dtype}")
+    data = canonical_array(value, dtype)
+    h = hashlib.sha256(tensor_header(dtype, data.shape))
+    h.update(memoryview(data).cast("B"))
+    return h.digest()
+
+
+def leaf_hash(kind: int, index: int, output: int, digest: bytes) -> bytes:
+    """A trace leaf: SHA-256(0x00 || u8 kind || u32le index || u32le output || tensor hash)."""
+    return hashlib.sha256(LEAF_PREFIX + struct.pack("<BII", kind, index, output) + digest).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(NODE_PREFIX + left + right).digest()
+
+
+def _split(n: int) -> int:
+    """Largest power of two strictly less than n (n >= 2): RFC 6962's split point."""
+    k = 1
+    while k * 2 < n:
+        k *= 2
+    return k
+
+
+def merkle_root(leaves: Sequence[bytes]) -> bytes:
+    """RFC 6962-style root: no duplicated nodes, so no two leaf lists share a root."""
+    if not leaves:
+        raise ValueError("a trace has at least one leaf")
+    if len(leaves) == 1:
+        return leaves[0]
+    k = _split(len(leaves))
+    return node_hash(merkle_root(leaves[:k]), merkle_root(leaves[k:]))
+
+
+def merkle_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
+    """Sibling hashes from the leaf up to the root (RFC 6962 audit path)."""
+    if not 0 <= index < len(leaves):
+        raise ValueError(f"leaf {index} out of range")
+    if len(leaves) == 1:
+        return []
+    k = _split(len(leaves))
+    if index < k:
+        return merkle_proof(leaves[:k], index) + [merkle_root(leaves[k:])]
+    return merkle_proof(leaves[k:], index - k) + [merkle_root(leaves[:k])]
+
+
+def verify_merkle_proof(leaf: bytes, index: int, count: int, proof: Sequence[bytes], root: bytes) -> bool:
+    """Recompute the root from one leaf and its audit path; the path length must be exact."""
+    if not 0 <= index < count:
+        return False
+    path = list(proof)
+
+    def climb(lo: int, n: int) -> bytes | None:
+        # Root of the subtree of leaves [lo, lo + n) that contains `index`, consuming
+        # the path from its end (the top sibling comes last).
+        if n == 1:
+            return leaf
+        k = _split(n)
+        if not path:
+            return None
+        sibling = path.pop()
+        if index < lo + k:
+            inner = climb(lo, k)
+            return None if inner is None else node_hash(inner, sibling)
+        inner = climb(lo + k, n - k)
+        return None if inner is None else node_hash(sibling, inner)
+
+    got = climb(0, count)
+    return got is not None and not path and got == root
+
+
+def outputs_hash(digests: Sequence[bytes]) -> bytes:
+    """SHA-256(OUTPUTS_TAG || u32le count || tensor hashes in head order)."""
+    return hashlib.sha256(OUTPUTS_TAG + struct.pack("<I", len(digests)) + b"".join(digests)).digest()
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    kind: int      # INPUT, PARAM or INSTR
+    index: int     # input index, param index, or instruction index
+    output: int    # output index within the instruction (0 for variables)
+    tensor: int    # tensor id
+    digest: bytes  # tensor hash
+
+    @property
+    def leaf(self) -> bytes:
+        return leaf_hash(self.kind, self.index, self.output, self.digest)

@@ -1,0 +1,65 @@
+"""The model as both formats decode it, before verification.
+
+Tensor ids are dense and positional: inputs take [0, I), params [I, I + P),
+then each instruction's outputs take the next ids in program order.  A Model
+is only a structure; ``cvmvm.verify`` decides whether it is a valid program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from isa.types import Shape, TensorType
+
+
+@dataclass(frozen=True)
+class Input:
+    """A value supplied at run time (the Cortex ``data`` variable)."""
+
+    name: str
+    type: TensorType
+
+
+@dataclass(frozen=True)
+class Param:
+    """A constant of the model; ``value`` has ``type.dtype`` and ``type.shape``, read-only."""
+
+    name: str
+    type: TensorType
+    value: np.ndarray = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction: an op of the ISA table applied to earlier tensors."""
+
+    op: str
+    attrs: Any  # the op's attribute record (isa.attrs)
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    name: str = ""
+    # Shapes the source format declares for the outputs (Cortex's attrs.shape);
+    # verification requires inference to reproduce them.  None: not declared.
+    declared_shapes: tuple[Shape, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Model:
+    inputs: tuple[Input, ...]
+    params: tuple[Param, ...]
+    instrs: tuple[Instr, ...]
+    outputs: tuple[int, ...]
+    # Format-specific layout kept so that a loaded model re-exports to the same
+    # bytes (e.g. Cortex node order, names, storage ids); never hashed.
+    source: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def num_variables(self) -> int:
+        return len(self.inputs) + len(self.params)
+
+    @property
+    def num_tensors(self) -> int:
+        return self.num_variables + sum(len(i.outputs) for i in self.instrs)
