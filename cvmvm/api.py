@@ -28,6 +28,7 @@ class Result:
     ops: int
     output_hashes: tuple[bytes, ...]
     output_hash: bytes
+    peak_bytes: int
     trace: Trace | None = None
 
 
@@ -69,12 +70,12 @@ class Model:
     def run(self, inputs: Mapping[str, np.ndarray], trace: bool = False) -> Result:
         """Run once; with ``trace`` every tensor is hashed into a Merkle-committed trace."""
         tracer = Tracer(self.program) if trace else None
-        outputs = execute(self.program, inputs, tracer)
+        outputs, peak = execute(self.program, inputs, tracer)
         if tracer is not None:
             digests = tuple(tracer.digests[t] for t in self.program.model.outputs)
         else:
             digests = tuple(tensor_hash(v, t.dtype) for v, t in zip(outputs, self.program.output_types))
-        return Result(outputs, self.program.ops, digests, outputs_hash(digests),
+        return Result(outputs, self.program.ops, digests, outputs_hash(digests), peak,
                       tracer.trace() if tracer is not None else None)
 
 
@@ -93,18 +94,42 @@ def _run_op_type(k: int, value: np.ndarray, precision: int | None) -> TensorType
     if not isinstance(value, np.ndarray):
         raise InputError("dtype", f"input {k}: expected a numpy array, got {type(value).__name__}")
     shape = tuple(int(d) for d in value.shape)
-    if value.dtype.kind in "iu" and value.dtype.itemsize > 1:
-        if precision is None:
-            if value.size == 0:
-                precision = 1
-            else:
-                big = max(abs(int(value.min())), abs(int(value.max())))
-                precision = bitlen(big) + 1
+    if value.dtype.kind == "i" and value.dtype.itemsize in (4, 8):
+        lo, hi = (int(value.min()), int(value.max())) if value.size else (0, 0)
+        if lo < -(1 << 31) or hi > (1 << 31) - 1:
+            raise InputError("value", f"input {k}: values [{lo}, {hi}] do not fit int32")
+        if precision is None and lo != -(1 << 31):
+            precision = bitlen(max(-lo, hi)) + 1
+        # INT32_MIN without a given precision: a raw int32 tensor (max_pool only).
         return TensorType(shape, precision, INT32)
     for name, dt in DTYPES.items():
         if value.dtype.newbyteorder("<") == dt.newbyteorder("<") and name != INT32:
             return TensorType(shape, None, name)
     raise InputError("dtype", f"input {k}: unsupported dtype {value.dtype}")
+
+
+def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,
+                    precisions: Sequence[int | None] | None = None) -> tuple[Model, dict[str, np.ndarray]]:
+    """A verified one-instruction model over ``inputs`` (named in0, in1, ...), and its feeds."""
+    op = OP_BY_NAME.get(name)
+    if op is None:
+        raise InvalidError("op", f"unknown op {name!r}")
+    if precisions is not None and len(precisions) != len(inputs):
+        raise InputError("precision", f"{len(precisions)} precisions for {len(inputs)} inputs")
+    record = parse_attrs(op.attrs, dict(attrs or {}), fill_defaults=True)
+    types = [_run_op_type(k, v, None if precisions is None else precisions[k]) for k, v in enumerate(inputs)]
+    feeds = {}
+    for k, (t, v) in enumerate(zip(types, inputs)):
+        if t.dtype == INT32 and v.size and t.precision is not None and 1 <= t.precision <= 32:
+            bound = precision_bound(t.precision)
+            if int(v.min()) < -bound or int(v.max()) > bound:
+                raise InputError("value", f"input {k}: values outside precision {t.precision} (+-{bound})")
+        feeds[f"in{k}"] = np.asarray(v, dtype=np.int32) if t.dtype == INT32 else v
+    n_in = len(types)
+    outputs = tuple(range(n_in, n_in + len(op.outputs)))
+    model = ModelIR(inputs=tuple(Input(f"in{k}", t) for k, t in enumerate(types)), params=(),
+                    instrs=(Instr(name, record, tuple(range(n_in)), outputs),), outputs=outputs)
+    return Model(verify(model)), feeds
 
 
 def run_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,
@@ -116,25 +141,8 @@ def run_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | N
     smallest that holds its values); unlike a model's ``data``, values outside
     it are an error, not clipped.
     """
-    op = OP_BY_NAME.get(name)
-    if op is None:
-        raise InvalidError("op", f"unknown op {name!r}")
-    if precisions is not None and len(precisions) != len(inputs):
-        raise InputError("precision", f"{len(precisions)} precisions for {len(inputs)} inputs")
-    record = parse_attrs(op.attrs, dict(attrs or {}), fill_defaults=True)
-    types = [_run_op_type(k, v, None if precisions is None else precisions[k]) for k, v in enumerate(inputs)]
-    feeds = {}
-    for k, (t, v) in enumerate(zip(types, inputs)):
-        if t.dtype == INT32 and v.size and 1 <= t.precision <= 32:
-            bound = precision_bound(t.precision)
-            if int(v.min()) < -bound or int(v.max()) > bound:
-                raise InputError("value", f"input {k}: values outside precision {t.precision} (+-{bound})")
-        feeds[f"in{k}"] = v
-    n_in = len(types)
-    outputs = tuple(range(n_in, n_in + len(op.outputs)))
-    model = ModelIR(inputs=tuple(Input(f"in{k}", t) for k, t in enumerate(types)), params=(),
-                    instrs=(Instr(name, record, tuple(range(n_in)), outputs),), outputs=outputs)
-    return execute(verify(model), feeds)
+    model, feeds = single_op_model(name, inputs, attrs, precisions)
+    return execute(model.program, feeds)[0]
 
 
-__all__ = ["Model", "Result", "Limits", "load", "load_cortex", "run_op"]
+__all__ = ["Model", "Result", "Limits", "load", "load_cortex", "run_op", "single_op_model"]

@@ -16,8 +16,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from isa.errors import CvmError, InputError
-from cvmvm import files
-from cvmvm.api import Model, load_cortex
+from isa.table import ISA_VERSION
+from serializer import cortex, native
+from serializer.hashing import tensor_hash
+from cvmvm import demo, disasm, files
+from cvmvm.api import Model, load, load_cortex
+from cvmvm.trace import trace_bytes, trace_to_json
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1   # the command ran, and what it checked does not hold
@@ -34,10 +38,15 @@ def _type_text(t: Any) -> str:
     return f"{t.dtype}{list(t.shape)}{prec}"
 
 
-def load_model(path: str, params: str | None, ops_limit: int | None) -> Model:
-    graph = files.read_bytes(path, "model")
+def load_model(path: str, params: str | None, ops_limit: int | None = None) -> Model:
+    """A native model file, or a Cortex graph JSON (with its params file)."""
+    data = files.read_bytes(path, "model")
+    if native.is_native(data):
+        if params:
+            raise InputError("argument", "--params is only for Cortex graph JSON models")
+        return load(data, ops_limit=ops_limit)
     blob = files.read_bytes(params, "params") if params else None
-    return load_cortex(graph, blob, ops_limit=ops_limit)
+    return load_cortex(data, blob, ops_limit=ops_limit)
 
 
 def parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
@@ -55,33 +64,101 @@ def parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
 def cmd_verify(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     model = load_model(args.model, args.params, args.ops_limit)
     info = {
+        "model_hash": model.model_hash.hex(),
+        "instructions": len(model.program.steps),
         "ops": model.ops,
         "gas": model.gas,
         "inputs": {n: _type_json(t) for n, t in model.inputs.items()},
         "outputs": [_type_json(t) for t in model.output_types],
     }
-    lines = [f"ok: {len(model.program.steps)} instructions, ops {model.ops}, gas {model.gas}"]
+    lines = [f"ok: {len(model.program.steps)} instructions, ops {model.ops}, gas {model.gas}",
+             f"model hash {info['model_hash']}"]
     lines += [f"input  {n}: {_type_text(t)}" for n, t in model.inputs.items()]
     lines += [f"output {k}: {_type_text(t)}" for k, t in enumerate(model.output_types)]
     return EXIT_OK, info, "\n".join(lines)
 
 
+def _summary(t: Any, v: np.ndarray) -> dict[str, Any]:
+    lo, hi = (int(v.min()), int(v.max())) if v.dtype.kind in "iu" else (float(np.nanmin(v)), float(np.nanmax(v)))
+    return {**_type_json(t), "min": lo, "max": hi}
+
+
 def cmd_run(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     model = load_model(args.model, args.params, args.ops_limit)
-    result = model.run(parse_inputs(args.input))
+    inputs = parse_inputs(args.input)
+    result = model.run(inputs, trace=True)
     if args.save_outputs:
         out_dir = Path(args.save_outputs)
         out_dir.mkdir(parents=True, exist_ok=True)
         for k, value in enumerate(result.outputs):
             files.save_npy_atomic(out_dir / f"output_{k}.npy", value)
-    outputs = [{**_type_json(t), "min": int(v.min()) if v.dtype.kind in "iu" else float(np.nanmin(v)),
-                "max": int(v.max()) if v.dtype.kind in "iu" else float(np.nanmax(v))}
-               for t, v in zip(model.output_types, result.outputs)]
-    info = {"ops": result.ops, "outputs": outputs}
-    lines = [f"ok: ops {result.ops}"]
+    if args.trace:
+        doc = trace_to_json(model.program, result.trace, model.model_hash)
+        files.write_atomic(args.trace, trace_bytes(doc))
+    outputs = [{**_summary(t, v), "hash": h.hex()}
+               for t, v, h in zip(model.output_types, result.outputs, result.output_hashes)]
+    info = {"model_hash": model.model_hash.hex(), "output_hash": result.output_hash.hex(),
+            "trace_root": result.trace.root.hex(), "ops": result.ops, "outputs": outputs,
+            "peak_tensor_bytes": result.peak_bytes}
+    lines = [f"ok: ops {result.ops}",
+             f"model hash  {info['model_hash']}",
+             f"output hash {info['output_hash']}",
+             f"trace root  {info['trace_root']}"]
     lines += [f"output {k}: {_type_text(t)} min {o['min']} max {o['max']}"
               for k, (t, o) in enumerate(zip(model.output_types, outputs))]
     return EXIT_OK, info, "\n".join(lines)
+
+
+def cmd_convert(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+    data = files.read_bytes(args.source, "model")
+    if native.is_native(data):
+        if args.params:
+            raise InputError("argument", "--params is only for Cortex graph JSON input")
+        model = load(data)
+        graph, blob = cortex.write_cortex(model.program.model)
+        params_out = args.params_out or str(Path(args.out).with_suffix(".params"))
+        files.write_atomic(params_out, blob)
+        files.write_atomic(args.out, cortex.graph_to_json_bytes(graph))
+        info = {"from": "native", "to": "cortex", "graph": args.out, "params": params_out,
+                "model_hash": model.model_hash.hex()}
+        return EXIT_OK, info, f"wrote Cortex graph {args.out} and params {params_out}"
+    if args.params_out:
+        raise InputError("argument", "--params-out is only for native input")
+    blob = files.read_bytes(args.params, "params") if args.params else None
+    model = load_cortex(data, blob)
+    files.write_atomic(args.out, model.canonical_bytes)
+    info = {"from": "cortex", "to": "native", "out": args.out, "model_hash": model.model_hash.hex()}
+    return EXIT_OK, info, f"wrote native model {args.out} (model hash {info['model_hash']})"
+
+
+def cmd_hash(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+    if args.target.endswith(".npy") and not args.params:
+        value = files.read_npy(args.target)
+        digest = tensor_hash(value)
+        info = {"kind": "tensor", "tensor_hash": digest.hex(), "dtype": str(value.dtype), "shape": list(value.shape)}
+        return EXIT_OK, info, f"tensor hash {digest.hex()}"
+    model = load_model(args.target, args.params)
+    info = {"kind": "model", "model_hash": model.model_hash.hex()}
+    return EXIT_OK, info, f"model hash {info['model_hash']}"
+
+
+def cmd_disasm(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+    model = load_model(args.model, args.params)
+    rows = disasm.listing(model.program)
+    return EXIT_OK, {"model_hash": model.model_hash.hex(), "lines": rows}, "\n".join(rows)
+
+
+def cmd_ops(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+    table = disasm.op_table()
+    text = "\n".join(f"{o['code']:3d} {o['name']:<22} in {','.join(o['inputs']) or '*'}  "
+                     f"out {','.join(o['outputs'])}  attrs {' '.join(a['name'] for a in o['attrs']) or '-'}"
+                     for o in table)
+    return EXIT_OK, {"isa": ISA_VERSION, "ops": table}, f"ISA version {ISA_VERSION}\n" + text
+
+
+def cmd_demo(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+    info = demo.run_demo()
+    return EXIT_OK, info, demo.render(info)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,17 +171,36 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         return p
 
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("model", help="native model (.cvm) or Cortex graph JSON")
+        p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
+
     p = command("verify", cmd_verify, "verify a model statically; print ops, gas, input and output types")
-    p.add_argument("model", help="Cortex graph JSON")
-    p.add_argument("--params", help="Cortex params binary")
+    model_args(p)
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
 
-    p = command("run", cmd_run, "verify and run a model on .npy inputs")
-    p.add_argument("model", help="Cortex graph JSON")
-    p.add_argument("--params", help="Cortex params binary")
+    p = command("run", cmd_run, "verify and run a model on .npy inputs; print output hash, trace root, ops")
+    model_args(p)
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input array (repeatable)")
+    p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor hash) as JSON")
     p.add_argument("--save-outputs", metavar="DIR", help="write output_<k>.npy files into DIR")
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
+
+    p = command("convert", cmd_convert, "convert Cortex (graph JSON + params) <-> native, by the input's type")
+    p.add_argument("source", help="native model, or Cortex graph JSON")
+    p.add_argument("out", help="output: native model, or Cortex graph JSON")
+    p.add_argument("--params", help="Cortex params binary of the input")
+    p.add_argument("--params-out", help="where to write the Cortex params (default: OUT with suffix .params)")
+
+    p = command("hash", cmd_hash, "print the model hash of a model, or the tensor hash of a .npy file")
+    p.add_argument("target", help="native model, Cortex graph JSON (with --params), or TENSOR.npy")
+    p.add_argument("--params", help="Cortex params binary")
+
+    p = command("disasm", cmd_disasm, "list a model's instructions with shapes, precisions and costs")
+    model_args(p)
+
+    command("ops", cmd_ops, "print the ISA table: op codes, inputs, outputs, attributes")
+    command("demo", cmd_demo, "classify the bundled digits with the bundled model")
     return parser
 
 

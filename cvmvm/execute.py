@@ -27,13 +27,13 @@ def prepare_input(name: str, t: TensorType, value: object) -> np.ndarray:
         raise InputError("dtype", f"input {name}: expected a numpy array, got {type(value).__name__}")
     if tuple(value.shape) != t.shape:
         raise InputError("shape", f"input {name}: shape {tuple(value.shape)} must be {t.shape}")
-    if t.dtype == INT32:
+    if t.dtype == INT32 and t.precision is not None:
         if value.dtype.kind not in "iu":
             raise InputError("dtype", f"input {name}: dtype {value.dtype} is not an integer type")
         wide = value.astype(np.int64) if value.dtype != np.uint64 else np.minimum(value, np.iinfo(np.int64).max).astype(np.int64)
         return np.ascontiguousarray(clip_to_precision(wide, t.precision))
     expected = DTYPES[t.dtype]
-    if value.dtype.newbyteorder("<") != expected.newbyteorder("<") and value.dtype != expected:
+    if value.dtype.newbyteorder("<") != expected:
         raise InputError("dtype", f"input {name}: dtype {value.dtype} must be {t.dtype}")
     return np.ascontiguousarray(value, dtype=expected)
 
@@ -43,7 +43,7 @@ def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
     if not isinstance(value, np.ndarray) or tuple(value.shape) != t.shape:
         shape = getattr(value, "shape", None)
         raise InternalError("shape", f"{where}: kernel produced shape {shape}, verified {t.shape}")
-    if t.dtype == INT32:
+    if t.dtype == INT32 and t.precision is not None:
         if value.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
             raise InternalError("dtype", f"{where}: kernel produced {value.dtype}, verified int32")
         if value.size:
@@ -59,8 +59,8 @@ def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
 
 
 def execute(program: Program, inputs: Mapping[str, np.ndarray],
-            observe: TensorObserver | None = None) -> list[np.ndarray]:
-    """Run the program; return its outputs in head order."""
+            observe: TensorObserver | None = None) -> tuple[list[np.ndarray], int]:
+    """Run the program; return its outputs in head order and the peak bytes of live tensors."""
     model = program.model
     expected = [i.name for i in model.inputs]
     unknown = sorted(set(inputs) - set(expected))
@@ -76,6 +76,8 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray],
     if observe is not None:
         for k in range(model.num_variables):
             observe(k, env[k])
+    live = sum(env[k].nbytes for k in range(model.num_variables))
+    peak = live
     for step in program.steps:
         args = [env[t] for t in step.inputs]
         results = step.run(*args)
@@ -84,8 +86,11 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray],
                                          f"{len(results)} outputs, verified {len(step.outputs)}")
         for t, ty, value in zip(step.outputs, step.out_types, results):
             env[t] = confirm(f"instruction {step.index} ({step.op.name})", ty, value)
+            live += env[t].nbytes
             if observe is not None:
                 observe(t, env[t])
+        peak = max(peak, live)
         for t in program.free_after[step.index]:
+            live -= env[t].nbytes
             env[t] = None
-    return [env[t] for t in model.outputs]
+    return [env[t] for t in model.outputs], peak

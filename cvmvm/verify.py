@@ -79,7 +79,7 @@ def check_tensor_type(t: TensorType, what: str) -> None:
     if t.size > MAX_SIZE:
         raise LimitError("size", f"{what}: {t.size} elements in shape {t.shape} exceed 2^30")
     if t.dtype == INT32:
-        if t.precision is None or not MIN_PRECISION <= t.precision <= MAX_PRECISION:
+        if t.precision is not None and not MIN_PRECISION <= t.precision <= MAX_PRECISION:
             raise InvalidError("precision", f"{what}: precision {t.precision} must be in [1, 32]")
     elif t.precision is not None:
         raise InvalidError("precision", f"{what}: dtype {t.dtype} carries no precision, got {t.precision}")

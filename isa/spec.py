@@ -46,9 +46,14 @@ def fixed(*names: str) -> InputNames:
 
 
 def int32_only(a: Any, *inputs: TensorType) -> tuple[str, ...]:
-    """The default dtype rule: every input int32, one int32 output."""
+    """The default dtype rule: every input an int32 CVM tensor (with a precision), one int32 output.
+
+    A raw int32 tensor (no precision, the full int32 range including INT32_MIN)
+    exists only for max_pool, which selects and never computes.
+    """
     for i, t in enumerate(inputs):
         require(t.dtype == INT32, f"input {i} has dtype {t.dtype}; this op takes int32 only")
+        require(t.precision is not None, f"input {i} is raw int32 without a precision; this op takes CVM tensors only")
     return (INT32,)
 
 

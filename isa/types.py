@@ -34,7 +34,9 @@ class TensorType:
     """What verification knows about a tensor before any value exists."""
 
     shape: Shape
-    precision: int | None  # int32 tensors: in [1, 32]; other dtypes: None
+    # int32 CVM tensors: in [1, 32].  None: other dtypes, and raw int32 (the
+    # full range, INT32_MIN included), which only max_pool accepts.
+    precision: int | None
     dtype: str = INT32
 
     @property
