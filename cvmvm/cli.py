@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -115,7 +116,7 @@ def cmd_convert(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
         if args.params:
             raise InputError("argument", "--params is only for Cortex graph JSON input")
         model = load(data)
-        graph, blob = cortex.write_cortex(model.program.model)
+        graph, blob = cortex.write_cortex(model.program.model, model.program.types)
         params_out = args.params_out or str(Path(args.out).with_suffix(".params"))
         files.write_atomic(params_out, blob)
         files.write_atomic(args.out, cortex.graph_to_json_bytes(graph))
@@ -219,10 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a VM bug: still one line, in the internal family
         print(f"cvmvm: error internal.bug: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_CODES["internal"]
-    if args.json:
-        print(json.dumps(info, sort_keys=True))
-    else:
-        print(text)
+    try:
+        print(json.dumps(info, sort_keys=True) if args.json else text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
     return code
 
 

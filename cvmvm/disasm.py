@@ -42,10 +42,15 @@ def listing(program: Program) -> list[str]:
 
 
 def _input_names(op: Any, specs: Any) -> tuple[str, ...] | None:
-    """Input names with the Cortex defaults (e.g. conv2d without bias); None when variadic."""
-    if all(s.default is not dataclasses.MISSING for s in specs):
-        return op.inputs(op.attrs(**{s.name: s.default for s in specs}))
-    return op.inputs(None)  # ops with required attributes have fixed inputs
+    """Input names under the Cortex defaults (e.g. conv2d without bias); None when variadic.
+
+    Required attributes stay unset: no op's input list depends on one.
+    """
+    record = object.__new__(op.attrs)
+    for s in specs:
+        if s.default is not dataclasses.MISSING:
+            object.__setattr__(record, s.name, s.default)
+    return op.inputs(record)
 
 
 def op_table() -> list[dict[str, Any]]:
