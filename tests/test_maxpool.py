@@ -67,12 +67,6 @@ def test_in_the_op_table():
 CASES = maxpool_cases()
 
 
-def holds_int32_min(case) -> bool:
-    """int32 X with INT32_MIN: outside every CVM precision (|v| <= 2^31 - 1), so no VM input can carry it."""
-    x = case["x"]
-    return x["dtype"] == "int32" and bool((decode_array(x["b64"], "int32", x["shape"]) == INT32_MIN).any())
-
-
 OK = [c for c in CASES if c["expect"]["status"] == "ok"]
 INVALID = [c for c in CASES if c["expect"]["status"] == "invalid"]
 
@@ -88,20 +82,22 @@ def test_reference_counts():
     assert len(CASES) == 274 and len(OK) == 232 and len(INVALID) == 42
 
 
-@pytest.mark.parametrize("case", [c for c in OK if not holds_int32_min(c)], ids=lambda c: c["id"])
+@pytest.mark.parametrize("case", OK, ids=lambda c: c["id"])
 def test_reference_ok(case):
     x = decode_array(case["x"]["b64"], case["x"]["dtype"], case["x"]["shape"])
     check_expected(case, *run(x, case["attrs"]))
 
 
-@pytest.mark.parametrize("case", [c for c in OK if holds_int32_min(c)], ids=lambda c: c["id"])
-def test_reference_ok_int32_min(case):
-    """The vectors use INT32_MIN, which no CVM int32 tensor may hold (SEMANTICS.md section 1):
-    run_op refuses the input, and the rules (precision 32) and kernel give the expected bytes."""
-    x = decode_array(case["x"]["b64"], case["x"]["dtype"], case["x"]["shape"])
-    assert code_of(x, case["attrs"]) == "invalid.precision"
-    verify_single(TensorType(x.shape, 32, "int32"), case["attrs"])
-    check_expected(case, *MAX_POOL.kernel(parse_attrs(MaxPoolAttrs, case["attrs"], fill_defaults=False), x))
+def test_int32_min_input_is_a_raw_int32_tensor():
+    """INT32_MIN fits no CVM precision; run_op types such an input raw int32 (no precision),
+    which max_pool selects from and every arithmetic op refuses."""
+    x = np.full((1, 1, 3), INT32_MIN, dtype=np.int32)
+    x[0, 0, 1] = 5
+    y, i = run(x, attrs_for(1, kernel_shape=[2]))
+    assert y.tolist() == [[[5, 5]]] and i.tolist() == [[[1, 1]]]
+    with pytest.raises(CvmError) as e:
+        cvmvm.run_op("relu", [x])
+    assert e.value.code == "invalid.dtype"
 
 
 def expected_code(reason: str) -> str:
@@ -127,8 +123,6 @@ def test_reference_invalid(case):
         assert e.value.code == code
         return
     value = decode_array(x["b64"], x["dtype"], x["shape"])
-    if x["dtype"] == "int32":
-        value = np.maximum(value, -INT32_MAX)  # the rejection is static; keep the input a CVM int32
     assert code_of(value, case["attrs"]) == code
 
 
