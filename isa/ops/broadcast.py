@@ -1,0 +1,145 @@
+"""Broadcasting binary ops, and where.
+
+Shapes broadcast as in the formalization: right-align both shapes, pad the
+shorter with leading 1s; on every axis the sizes match or one of them is 1,
+and the output takes the larger.  Kernels compute in int64 so that a precision
+bug shows up in the executor's output check instead of wrapping silently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from isa.errors import require
+from isa.ops.elemwise import NoAttrs, carry_precision
+from isa.spec import OpDef, fixed, unit_cost
+from isa.types import Shape, TensorType, div_trunc
+
+
+def broadcast_shape(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[Shape, ...]:
+    k = max(x.ndim, y.ndim)
+    sx = (1,) * (k - x.ndim) + x.shape
+    sy = (1,) * (k - y.ndim) + y.shape
+    for i, (m, n) in enumerate(zip(sx, sy)):
+        require(m == n or m == 1 or n == 1,
+                f"shapes {x.shape} and {y.shape} do not broadcast: aligned axis {i} has {m} vs {n}")
+    return (tuple(max(m, n) for m, n in zip(sx, sy)),)
+
+
+def wider_precision(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[int, ...]:
+    return (max(x.precision, y.precision),)
+
+
+# -- broadcast_add -----------------------------------------------------------
+
+def broadcast_add_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = A + B."""
+    return (x.astype(np.int64) + y.astype(np.int64),)
+
+
+BROADCAST_ADD = OpDef("broadcast_add", NoAttrs, fixed("lhs", "rhs"), ("output",),
+                      shape=broadcast_shape, precision=carry_precision, cost=unit_cost,
+                      kernel=broadcast_add_kernel)
+
+
+# -- broadcast_sub -----------------------------------------------------------
+
+def broadcast_sub_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = A - B."""
+    return (x.astype(np.int64) - y.astype(np.int64),)
+
+
+BROADCAST_SUB = OpDef("broadcast_sub", NoAttrs, fixed("lhs", "rhs"), ("output",),
+                      shape=broadcast_shape, precision=carry_precision, cost=unit_cost,
+                      kernel=broadcast_sub_kernel)
+
+
+# -- broadcast_mul -----------------------------------------------------------
+
+def broadcast_mul_precision(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[int, ...]:
+    """p0 + p1: |a * b| <= (2^(p0-1) - 1)(2^(p1-1) - 1) < 2^(p0+p1-1) - 1."""
+    return (x.precision + y.precision,)
+
+
+def broadcast_mul_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = A * B."""
+    return (x.astype(np.int64) * y.astype(np.int64),)
+
+
+BROADCAST_MUL = OpDef("broadcast_mul", NoAttrs, fixed("lhs", "rhs"), ("output",),
+                      shape=broadcast_shape, precision=broadcast_mul_precision, cost=unit_cost,
+                      kernel=broadcast_mul_kernel)
+
+
+# -- broadcast_div -----------------------------------------------------------
+
+def broadcast_div_precision(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[int, ...]:
+    return (x.precision,)                      # |a / b| <= |a|, and a / 0 = 0
+
+
+def broadcast_div_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = A / B truncated toward zero, and A / 0 = 0 (SEMANTICS.md section 1)."""
+    return (div_trunc(x, y),)
+
+
+BROADCAST_DIV = OpDef("broadcast_div", NoAttrs, fixed("lhs", "rhs"), ("output",),
+                      shape=broadcast_shape, precision=broadcast_div_precision, cost=unit_cost,
+                      kernel=broadcast_div_kernel)
+
+
+# -- broadcast_max -----------------------------------------------------------
+
+def broadcast_max_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = max(A, B)."""
+    return (np.maximum(x, y),)
+
+
+BROADCAST_MAX = OpDef("broadcast_max", NoAttrs, fixed("lhs", "rhs"), ("output",),
+                      shape=broadcast_shape, precision=wider_precision, cost=unit_cost,
+                      kernel=broadcast_max_kernel)
+
+
+# -- broadcast_greater -------------------------------------------------------
+
+def broadcast_greater_precision(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[int, ...]:
+    """FIX (SEMANTICS.md section 2): max(p0, 2), since the output 1 needs precision 2."""
+    return (max(x.precision, 2),)
+
+
+def broadcast_greater_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = 1 where A > B, else 0."""
+    return ((x > y).astype(np.int32),)
+
+
+BROADCAST_GREATER = OpDef("broadcast_greater", NoAttrs, fixed("lhs", "rhs"), ("output",),
+                          shape=broadcast_shape, precision=broadcast_greater_precision, cost=unit_cost,
+                          kernel=broadcast_greater_kernel)
+
+
+# -- where -------------------------------------------------------------------
+
+def where_shape(a: NoAttrs, cond: TensorType, x: TensorType, y: TensorType) -> tuple[Shape, ...]:
+    require(x.shape == y.shape, f"x shape {x.shape} and y shape {y.shape} must be identical")
+    require(cond.shape == x.shape or cond.shape == x.shape[:1],
+            f"condition shape {cond.shape} must be {x.shape} or ({x.shape[0]},)")
+    return (x.shape,)
+
+
+def where_precision(a: NoAttrs, cond: TensorType, x: TensorType, y: TensorType) -> tuple[int, ...]:
+    """FIX (SEMANTICS.md section 2): max(p_x, p_y); the runtime takes the condition's."""
+    return (max(x.precision, y.precision),)
+
+
+def where_kernel(a: NoAttrs, cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = X where COND != 0, else Y; a 1-D COND of length X.shape[0] picks whole rows (SEMANTICS.md section 4)."""
+    mask = cond.reshape(cond.shape + (1,) * (x.ndim - cond.ndim)) != 0
+    return (np.where(mask, x, y),)
+
+
+WHERE = OpDef("where", NoAttrs, fixed("condition", "x", "y"), ("output",),
+              shape=where_shape, precision=where_precision, cost=unit_cost, kernel=where_kernel)
+
+
+OPS: tuple[OpDef, ...] = (
+    BROADCAST_ADD, BROADCAST_SUB, BROADCAST_MUL, BROADCAST_DIV, BROADCAST_MAX, BROADCAST_GREATER, WHERE,
+)

@@ -1,0 +1,213 @@
+"""Elementwise ops: unary maps, same-shape binary arithmetic, clips and shifts.
+
+Every op keeps its input's shape.  The binary ones require identical shapes;
+broadcasting is broadcast.py's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from isa.attrs import INT, INT32_MAX, attr, between
+from isa.errors import InvalidError, require
+from isa.spec import OpDef, fixed, same_precision, same_shape, unit_cost
+from isa.types import MAX_PRECISION, MIN_PRECISION, Shape, TensorType, clip_to_precision, number_precision
+
+
+@dataclass(frozen=True)
+class NoAttrs:
+    """The record of every op that takes no attribute (Cortex op_attrs "{}")."""
+
+
+def identical_shapes(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[Shape, ...]:
+    require(x.shape == y.shape, f"operand shapes {x.shape} and {y.shape} must be identical")
+    return (x.shape,)
+
+
+def carry_precision(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[int, ...]:
+    """max(p0, p1) + 1: a sum or difference of two values needs one bit more than the wider."""
+    return (max(x.precision, y.precision) + 1,)
+
+
+# -- relu --------------------------------------------------------------------
+
+def relu_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = max(X, 0)."""
+    return (np.maximum(x, np.int32(0)),)
+
+
+RELU = OpDef("relu", NoAttrs, fixed("data"), ("output",),
+             shape=same_shape, precision=same_precision, cost=unit_cost, kernel=relu_kernel)
+
+
+# -- abs ---------------------------------------------------------------------
+
+def abs_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = |X|; cannot overflow because INT32_MIN is outside every precision."""
+    return (np.abs(x),)
+
+
+ABS = OpDef("abs", NoAttrs, fixed("data"), ("output",),
+            shape=same_shape, precision=same_precision, cost=unit_cost, kernel=abs_kernel)
+
+
+# -- negative ----------------------------------------------------------------
+
+def negative_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = -X; the precision range is symmetric, so -X stays inside it."""
+    return (np.negative(x),)
+
+
+NEGATIVE = OpDef("negative", NoAttrs, fixed("data"), ("output",),
+                 shape=same_shape, precision=same_precision, cost=unit_cost, kernel=negative_kernel)
+
+
+# -- cvm_precision -----------------------------------------------------------
+
+def cvm_precision_precision(a: NoAttrs, x: TensorType) -> tuple[int, ...]:
+    return (6,)                                # results are at most 31, which 6 bits hold
+
+
+# 2^0 .. 2^30: the number of these <= |x| is bitlen(|x|), for every |x| < 2^31.
+_POWERS_OF_TWO = np.array([1 << k for k in range(31)], dtype=np.int64)
+
+
+def cvm_precision_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = bitlen(|X|), and 1 where X = 0: the bits the magnitude needs."""
+    bits = np.searchsorted(_POWERS_OF_TWO, np.abs(x.astype(np.int64)), side="right")
+    return (np.maximum(bits, 1).astype(np.int32),)
+
+
+CVM_PRECISION = OpDef("cvm_precision", NoAttrs, fixed("data"), ("output",),
+                      shape=same_shape, precision=cvm_precision_precision, cost=unit_cost,
+                      kernel=cvm_precision_kernel)
+
+
+# -- elemwise_add ------------------------------------------------------------
+
+def elemwise_add_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = A + B, in int64 so that a precision bug shows up in the output check instead of wrapping."""
+    return (x.astype(np.int64) + y.astype(np.int64),)
+
+
+ELEMWISE_ADD = OpDef("elemwise_add", NoAttrs, fixed("lhs", "rhs"), ("output",),
+                     shape=identical_shapes, precision=carry_precision, cost=unit_cost,
+                     kernel=elemwise_add_kernel)
+
+
+# -- elemwise_sub ------------------------------------------------------------
+
+def elemwise_sub_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = A - B, in int64 for the same reason as elemwise_add."""
+    return (x.astype(np.int64) - y.astype(np.int64),)
+
+
+ELEMWISE_SUB = OpDef("elemwise_sub", NoAttrs, fixed("lhs", "rhs"), ("output",),
+                     shape=identical_shapes, precision=carry_precision, cost=unit_cost,
+                     kernel=elemwise_sub_kernel)
+
+
+# -- clip --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClipAttrs:
+    a_min: int = attr(INT, between(-INT32_MAX, INT32_MAX))      # required, as in Cortex
+    a_max: int = attr(INT, between(-INT32_MAX, INT32_MAX))
+
+    def __post_init__(self) -> None:
+        # A relation between two attributes: still an attribute error, whatever the inputs.
+        if not self.a_min < self.a_max:
+            raise InvalidError("attr", f"clip a_min={self.a_min} must be less than a_max={self.a_max}")
+
+
+def clip_precision(a: ClipAttrs, x: TensorType) -> tuple[int, ...]:
+    """The runtime's number_precision of the wider bound (off by one at 2^k - 1, kept: SEMANTICS.md section 2)."""
+    return (number_precision(max(abs(a.a_min), abs(a.a_max))),)
+
+
+def clip_kernel(a: ClipAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = a_max where X >= a_max, a_min where X <= a_min, else X."""
+    return (np.clip(x.astype(np.int64), a.a_min, a.a_max),)
+
+
+CLIP = OpDef("clip", ClipAttrs, fixed("data"), ("output",),
+             shape=same_shape, precision=clip_precision, cost=unit_cost, kernel=clip_kernel)
+
+
+# -- cvm_clip ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CvmClipAttrs:
+    precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
+
+
+def cvm_clip_precision(a: CvmClipAttrs, x: TensorType) -> tuple[int, ...]:
+    return (a.precision,)
+
+
+def cvm_clip_kernel(a: CvmClipAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = clip(X, -(2^(p-1) - 1), 2^(p-1) - 1)."""
+    return (clip_to_precision(x, a.precision),)
+
+
+CVM_CLIP = OpDef("cvm_clip", CvmClipAttrs, fixed("data"), ("output",),
+                 shape=same_shape, precision=cvm_clip_precision, cost=unit_cost, kernel=cvm_clip_kernel)
+
+
+# -- cvm_right_shift ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class RightShiftAttrs:
+    precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
+    shift_bit: int = attr(INT, between(1, 32))
+
+
+def right_shift_precision(a: RightShiftAttrs, x: TensorType) -> tuple[int, ...]:
+    return (a.precision,)                      # the clip fixes the width
+
+
+def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = clip(((X >> (b-1)) + 1) >> 1): divide by 2^b, round half toward +inf.
+
+    In int64, so X = 2^31 - 1 with b = 1 rounds to 2^30 instead of wrapping, and
+    b >= 31 and p + b >= 32 round and clip like every other case (SEMANTICS.md section 4).
+    """
+    rounded = ((x.astype(np.int64) >> (a.shift_bit - 1)) + 1) >> 1
+    return (clip_to_precision(rounded, a.precision),)
+
+
+CVM_RIGHT_SHIFT = OpDef("cvm_right_shift", RightShiftAttrs, fixed("data"), ("output",),
+                        shape=same_shape, precision=right_shift_precision, cost=unit_cost,
+                        kernel=right_shift_kernel)
+
+
+# -- cvm_left_shift ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class LeftShiftAttrs:
+    precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
+    shift_bit: int = attr(INT, between(1, 32))
+
+
+def left_shift_precision(a: LeftShiftAttrs, x: TensorType) -> tuple[int, ...]:
+    require(x.precision + a.shift_bit <= MAX_PRECISION,
+            f"input precision {x.precision} + shift_bit {a.shift_bit} must be <= {MAX_PRECISION}")
+    return (a.precision,)
+
+
+def left_shift_kernel(a: LeftShiftAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Y = clip(X * 2^b); p_in + b <= 32 keeps X * 2^b inside int32 before the clip."""
+    return (clip_to_precision(x.astype(np.int64) << a.shift_bit, a.precision),)
+
+
+CVM_LEFT_SHIFT = OpDef("cvm_left_shift", LeftShiftAttrs, fixed("data"), ("output",),
+                       shape=same_shape, precision=left_shift_precision, cost=unit_cost,
+                       kernel=left_shift_kernel)
+
+
+OPS: tuple[OpDef, ...] = (
+    RELU, ABS, NEGATIVE, CVM_PRECISION, ELEMWISE_ADD, ELEMWISE_SUB,
+    CLIP, CVM_CLIP, CVM_RIGHT_SHIFT, CVM_LEFT_SHIFT,
+)
