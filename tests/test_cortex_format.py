@@ -575,7 +575,7 @@ def test_operator_attribute_strings(attrs, code):
     g = unary_graph("cvm_right_shift", json.dumps(attrs))
     if code is None:
         assert read_cortex(g).instrs[0].attrs == parse_attrs(OP_BY_NAME["cvm_right_shift"].attrs,
-                                                             {"precision": 8, "shift_bit": 3}, fill_defaults=False)
+                                                             {"precision": 8, "shift_bit": 3}, fill_defaults=True)
     else:
         assert code_of(g) == code
 
@@ -982,7 +982,7 @@ def test_canonical_form():
     op_attrs = g["attrs"]["op_attrs"][1]
     assert op_attrs[0] == '{"precision": "8", "shape": "(1, 3, 6)"}'
     assert op_attrs[4] == '{"score_threshold": "-1"}'
-    assert op_attrs[5] == '{"axis": "()", "keepdims": "True", "exclude": "False"}'
+    assert op_attrs[5] == '{"axis": "()", "keepdims": "True", "exclude": "False", "dtype": "int32"}'
     assert op_attrs[6] == '{"axis": "None"}'
     assert op_attrs[7] == '{"axis": "0"}'
     assert op_attrs[8] == '{"begin": "(0, 1)", "end": "(1, 3)", "stride": "(1,)"}'

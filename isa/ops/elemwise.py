@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isa.attrs import INT, INT32_MAX, attr, between
+from isa.attrs import BOOL, INT, INT32_MAX, attr, between, one_of
 from isa.errors import InvalidError, require
 from isa.spec import OpDef, fixed, same_precision, same_shape, unit_cost
 from isa.types import MAX_PRECISION, MIN_PRECISION, Shape, TensorType, clip_to_precision, number_precision
@@ -141,6 +141,8 @@ CLIP = OpDef("clip", ClipAttrs, fixed("data"), ("output",),
 @dataclass(frozen=True)
 class CvmClipAttrs:
     precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
+    # Accepted and ignored, as by every Cortex kernel: the CVM is signed throughout.
+    is_sign: bool = attr(BOOL, one_of(True), True)
 
 
 def cvm_clip_precision(a: CvmClipAttrs, x: TensorType) -> tuple[int, ...]:
@@ -162,6 +164,8 @@ CVM_CLIP = OpDef("cvm_clip", CvmClipAttrs, fixed("data"), ("output",),
 class RightShiftAttrs:
     precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
     shift_bit: int = attr(INT, between(1, 32))
+    # Accepted and ignored, as by every Cortex kernel: the CVM is signed throughout.
+    is_sign: bool = attr(BOOL, one_of(True), True)
 
 
 def right_shift_precision(a: RightShiftAttrs, x: TensorType) -> tuple[int, ...]:
@@ -189,6 +193,8 @@ CVM_RIGHT_SHIFT = OpDef("cvm_right_shift", RightShiftAttrs, fixed("data"), ("out
 class LeftShiftAttrs:
     precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
     shift_bit: int = attr(INT, between(1, 32))
+    # Accepted and ignored, as by every Cortex kernel: the CVM is signed throughout.
+    is_sign: bool = attr(BOOL, one_of(True), True)
 
 
 def left_shift_precision(a: LeftShiftAttrs, x: TensorType) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isa.attrs import ANY_BOOL, ANY_INT32, BOOL, INTS, attr, each
+from isa.attrs import ANY_BOOL, ANY_INT32, BOOL, INTS, STR, attr, each, one_of
 from isa.errors import require
 from isa.spec import OpDef, fixed, normalize_axis, same_precision, unit_cost
 from isa.types import MAX_RANK, Shape, TensorType, bitlen, shape_size
@@ -25,6 +25,8 @@ class ReduceAttrs:
     axis: tuple[int, ...] = attr(INTS, each(ANY_INT32, 0, MAX_RANK), ())
     keepdims: bool = attr(BOOL, ANY_BOOL, False)
     exclude: bool = attr(BOOL, ANY_BOOL, False)
+    # The runtime's output dtype attribute; the CVM computes in int32 only.
+    dtype: str = attr(STR, one_of("int32"), "int32")
 
 
 def reduced_axes(a: ReduceAttrs, ndim: int) -> tuple[int, ...]:
