@@ -18,6 +18,7 @@ from isa.types import DTYPES
 
 TENSOR_TAG = b"cvmvm/tensor/v1\x00"
 OUTPUTS_TAG = b"cvmvm/outputs/v1\x00"
+HASH_SIZE = 32
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
 
@@ -36,22 +37,28 @@ def tensor_header(dtype: str, shape: Sequence[int]) -> bytes:
 
 
 def canonical_array(value: np.ndarray, dtype: str) -> np.ndarray:
-    """The array as C-contiguous little-endian ``dtype``; no copy when it already is."""
-    return np.ascontiguousarray(value, dtype=DTYPES[dtype].newbyteorder("<"))
+    """The array as C-contiguous little-endian ``dtype``; no copy when it already is.
+
+    Not ``np.ascontiguousarray``: that turns a 0-d array into shape (1,).
+    """
+    return np.asarray(value, dtype=DTYPES[dtype].newbyteorder("<"), order="C")
 
 
 def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
     """SHA-256(TENSOR_TAG || u8 dtype || u8 ndim || u64le dims || little-endian data).
 
-    ``dtype`` names the VM dtype; by default it is the array's own (byte order
-    ignored: a big-endian or strided array hashes like its canonical form).
+    ``dtype`` names the VM dtype, and must be the array's own (byte order and
+    memory layout aside: a big-endian or strided array hashes like its
+    canonical form); by default it is read from the array.  An array of
+    another dtype is refused rather than cast, since a cast could wrap values.
     """
-    if dtype is None:
-        dtype = next((n for n, dt in DTYPES.items() if dt == value.dtype.newbyteorder("<")), None)
-        if dtype is None:
-            raise ValueError(f"no VM dtype for numpy dtype {value.dtype}")
-    data = canonical_array(value, dtype)
-    h = hashlib.sha256(tensor_header(dtype, data.shape))
+    own = next((n for n, dt in DTYPES.items() if dt == value.dtype.newbyteorder("<")), None)
+    if own is None:
+        raise ValueError(f"no VM dtype for numpy dtype {value.dtype}")
+    if dtype is not None and dtype != own:
+        raise ValueError(f"a {value.dtype} array is not of VM dtype {dtype}")
+    data = canonical_array(value, own)
+    h = hashlib.sha256(tensor_header(own, data.shape))
     h.update(memoryview(data).cast("B"))
     return h.digest()
 
@@ -97,7 +104,7 @@ def merkle_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
 
 def verify_merkle_proof(leaf: bytes, index: int, count: int, proof: Sequence[bytes], root: bytes) -> bool:
     """Recompute the root from one leaf and its audit path; the path length must be exact."""
-    if not 0 <= index < count:
+    if not 0 <= index < count or any(len(h) != HASH_SIZE for h in (leaf, root, *proof)):
         return False
     path = list(proof)
 
