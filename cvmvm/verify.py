@@ -149,6 +149,9 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
         if instr.declared_shapes is not None and tuple(map(tuple, instr.declared_shapes)) != tuple(t.shape for t in outs):
             raise InvalidError("shape", f"{where}: declared output shapes {list(instr.declared_shapes)} "
                                         f"differ from inferred {[t.shape for t in outs]}")
+        if instr.declared_dtypes is not None and tuple(instr.declared_dtypes) != tuple(t.dtype for t in outs):
+            raise InvalidError("dtype", f"{where}: declared output dtypes {list(instr.declared_dtypes)} "
+                                        f"differ from inferred {[t.dtype for t in outs]}")
         base = _apply_rule(op.cost, "ops", where, instr.attrs, ins, outs)
         if not 0 <= base <= MAX_BASE_COST:
             raise LimitError("ops", f"{where}: base cost {base} exceeds 2^30")

@@ -36,7 +36,7 @@ from isa.attrs import BOOL, INT, INT32_MAX, INT32_MIN, INTS, OPT_INT, STR, attr_
 from isa.errors import InputError, InvalidError, LimitError, MalformedError
 from isa.spec import OpDef
 from isa.table import OP_BY_NAME
-from isa.types import (INT32, MAX_DIM, MAX_PRECISION, MAX_RANK, MAX_SIZE, MIN_PRECISION, Shape, TensorType,
+from isa.types import (DTYPES, INT32, MAX_DIM, MAX_PRECISION, MAX_RANK, MAX_SIZE, MIN_PRECISION, Shape, TensorType,
                        clip_to_precision, precision_bound, shape_size)
 from serializer import limits
 from serializer.model import Input, Instr, Model, Param
@@ -153,10 +153,11 @@ def read_cortex(graph: Any, params: Any = None) -> Model:
     _check_topology(nodes, heads, counts)
     _check_variable_names(nodes)
     shapes = [_shape(s, f"attrs.shape[{eid}]") for eid, s in enumerate(attrs["shape"])]
-    _check_precisions(nodes, attrs["precision"], first_entry)
-    for eid, dt in enumerate(attrs.get("dltype", ())):
-        if dt != INT32:
-            raise InvalidError("dtype", f"attrs.dltype[{eid}] is {dt!r}; only int32 is supported")
+    dltypes = list(attrs["dltype"]) if "dltype" in attrs else [INT32] * num_entries
+    for eid, dt in enumerate(dltypes):
+        if dt not in DTYPES:
+            raise InvalidError("dtype", f"attrs.dltype[{eid}] is {dt!r}; not one of {', '.join(DTYPES)}")
+    _check_precisions(nodes, attrs["precision"], first_entry, dltypes)
     _check_storage(nodes, attrs["storage_id"], first_entry)
 
     records: list[Any] = []
@@ -168,7 +169,8 @@ def read_cortex(graph: Any, params: Any = None) -> Model:
             records.append(_operator_attrs(node.op, text, where))
 
     arrays = None if blob is None else _read_params(blob)
-    return _build_model(version, nodes, heads, attrs, arg_nodes, row_ptr, first_entry, shapes, records, arrays)
+    return _build_model(version, nodes, heads, attrs, arg_nodes, row_ptr, first_entry, shapes, dltypes, records,
+                        arrays)
 
 
 @dataclass(frozen=True)
@@ -407,11 +409,16 @@ def _shape(dims: list[int], where: str) -> Shape:
     return tuple(dims)
 
 
-def _check_precisions(nodes: list[_Node], precision: list[int], first_entry: list[int]) -> None:
+def _check_precisions(nodes: list[_Node], precision: list[int], first_entry: list[int], dltypes: list[str]) -> None:
     for nid, node in enumerate(nodes):
         for eid in range(first_entry[nid], first_entry[nid + 1]):
             p = precision[eid]
-            if node.op is None and not MIN_PRECISION <= p <= MAX_PRECISION:
+            if node.op is None and dltypes[eid] != INT32:
+                # max_pool's other dtypes carry no precision (MAXPOOL.md)
+                if p != -1:
+                    raise InvalidError("precision", f"variable {node.name!r}: a {dltypes[eid]} variable has no "
+                                                    f"precision (-1), got {p}")
+            elif node.op is None and not MIN_PRECISION <= p <= MAX_PRECISION:
                 raise InvalidError("precision", f"variable {node.name!r}: precision {p} must be in [1, 32]")
             if node.op is not None and p != -1 and not MIN_PRECISION <= p <= MAX_PRECISION:
                 raise InvalidError("precision", f"node {nid} ({node.name}): declared precision {p} must be -1 "
@@ -663,7 +670,7 @@ def _read_array(cur: _Cursor, name: str) -> _Array:
 
 def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]], attrs: dict[str, list[Any]],
                  arg_nodes: list[int], row_ptr: list[int], first_entry: list[int], shapes: list[Shape],
-                 records: list[Any], arrays: dict[str, _Array] | None) -> Model:
+                 dltypes: list[str], records: list[Any], arrays: dict[str, _Array] | None) -> Model:
     given = arrays or {}
     var_names = {n.name for n in nodes if n.op is None}
     for name in given:
@@ -679,7 +686,8 @@ def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]],
     for nid, node in enumerate(nodes):
         if node.op is not None:
             continue
-        t = TensorType(shapes[first_entry[nid]], precision[first_entry[nid]])
+        dtype = dltypes[first_entry[nid]]
+        t = TensorType(shapes[first_entry[nid]], precision[first_entry[nid]] if dtype == INT32 else None, dtype)
         if node.name not in given:
             if node.name != DATA:
                 raise InvalidError("graph", f"variable {node.name!r} is not given by the params file")
@@ -687,6 +695,8 @@ def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]],
             input_nids.append(nid)
             continue
         array = given[node.name]
+        if dtype != INT32:
+            raise InvalidError("dtype", f"param {node.name!r} is declared {dtype}; Cortex params are int8/int32")
         if array.values.shape != t.shape:
             raise InvalidError("shape", f"param {node.name!r}: the params file gives shape {array.values.shape}, "
                                         f"the graph declares {t.shape}")
@@ -718,7 +728,8 @@ def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]],
         instrs.append(Instr(node.op.name, records[len(instrs)],
                             tuple(tensor_of_node[src] + idx for src, idx in node.inputs),
                             tuple(range(next_id, next_id + count)), node.name,
-                            tuple(shapes[first_entry[nid]:first_entry[nid + 1]])))
+                            tuple(shapes[first_entry[nid]:first_entry[nid + 1]]),
+                            tuple(dltypes[first_entry[nid]:first_entry[nid + 1]])))
         layout_nodes.append(CortexNode(False, len(instrs) - 1, text, node.attrs["func_name"],
                                        node.attrs["num_inputs"], node.attrs["num_outputs"],
                                        node.attrs["flatten_data"]))
@@ -816,18 +827,24 @@ def _canonical_layout(model: Model, types: Sequence[TensorType] | None) -> Corte
         raise InvalidError("graph", f"a Cortex model has at most one input, named {DATA!r}; this one has "
                                     f"{[i.name for i in model.inputs]}")
     variables = (*model.inputs, *model.params)
-    for v in variables:
-        if v.type.dtype != INT32:
-            raise InvalidError("dtype", f"variable {v.name!r} is {v.type.dtype}; Cortex variables are int32")
-    if types is not None:
-        for instr in model.instrs:
-            for t in instr.outputs:
-                if types[t].dtype != INT32:
-                    raise InvalidError("dtype", f"{instr.op} {instr.name!r} outputs {types[t].dtype}; "
-                                                "Cortex graphs are int32 only")
-    nodes = [CortexNode(True, k, json_text({"precision": str(v.type.precision),
-                                            "shape": attr_text(INTS, v.type.shape)}))
-             for k, v in enumerate(variables)]
+    for p in model.params:
+        if p.type.dtype != INT32:
+            raise InvalidError("dtype", f"param {p.name!r} is {p.type.dtype}; Cortex params are int8/int32")
+    for v in model.inputs:
+        if v.type.dtype == INT32 and v.type.precision is None:
+            raise InvalidError("precision", f"input {v.name!r} is raw int32; a Cortex int32 variable has a precision")
+    out_dtypes: list[str] = []
+    for instr in model.instrs:
+        where = f"instruction {instr.op} {instr.name!r}"
+        if instr.declared_dtypes is not None:
+            out_dtypes.extend(instr.declared_dtypes)
+        elif types is not None:
+            out_dtypes.extend(types[t].dtype for t in instr.outputs)
+        elif OP_BY_NAME[instr.op].dtypes is None:  # an int32-only op: known without verification
+            out_dtypes.extend([INT32] * len(instr.outputs))
+        else:
+            raise ValueError(f"{where} declares no output dtypes; pass the verified tensor types")
+    nodes = [CortexNode(True, k, _variable_attrs(v.type)) for k, v in enumerate(variables)]
     nodes += [CortexNode(False, k, json_text({f.name: attr_text(f.kind, getattr(instr.attrs, f.name))
                                               for f in attr_fields(type(instr.attrs))}),
                          instr.op, str(len(instr.inputs)), str(len(instr.outputs)), "0")
@@ -841,14 +858,21 @@ def _canonical_layout(model: Model, types: Sequence[TensorType] | None) -> Corte
         nodes=tuple(nodes),
         arg_nodes=tuple(range(len(variables))),
         node_row_ptr=tuple(row_ptr),
-        precision=tuple(v.type.precision for v in variables) + (-1,) * (entries - len(variables)),
+        precision=tuple(-1 if v.type.precision is None else v.type.precision for v in variables)
+        + (-1,) * (entries - len(variables)),
         storage_id=tuple(range(entries)),
-        dltype=(INT32,) * entries,
+        dltype=tuple(v.type.dtype for v in variables) + tuple(out_dtypes),
         device_index=False,
         dtype=None,
         params=tuple((p.name, 8 if _fits_int8(p.value) else 32) for p in model.params),
         fits=(model.inputs, model.params, model.instrs, model.outputs),
     )
+
+
+def _variable_attrs(t: TensorType) -> str:
+    """A variable's informational op_attrs; a dtype without precision (max_pool's) states only its shape."""
+    shape = attr_text(INTS, t.shape)
+    return json_text({"shape": shape} if t.precision is None else {"precision": str(t.precision), "shape": shape})
 
 
 def _fits_int8(value: np.ndarray) -> bool:

@@ -44,6 +44,8 @@ class Instr:
     # Shapes the source format declares for the outputs (Cortex's attrs.shape);
     # verification requires inference to reproduce them.  None: not declared.
     declared_shapes: tuple[Shape, ...] | None = None
+    # Likewise the declared output dtypes (Cortex's attrs.dltype).
+    declared_dtypes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
