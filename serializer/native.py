@@ -211,7 +211,8 @@ def _tensor_type(e: dict[str, Any], where: str) -> TensorType:
     if precision is not None:
         _int(precision, f"{where}.precision")
     if dtype == INT32:
-        if precision is None or not MIN_PRECISION <= precision <= MAX_PRECISION:
+        # nil: a raw int32 tensor (full range, INT32_MIN included), which only max_pool accepts
+        if precision is not None and not MIN_PRECISION <= precision <= MAX_PRECISION:
             raise InvalidError("precision", f"{where}: precision {precision!r} of an int32 tensor must be in [1, 32]")
     elif precision is not None:
         raise InvalidError("precision", f"{where}: dtype {dtype} carries no precision (nil), got {precision}")

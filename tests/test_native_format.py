@@ -918,9 +918,18 @@ def test_unknown_param_dtype():
     reject(edited(("params", 0, "dtype"), "bool"), "invalid.dtype")
 
 
-@pytest.mark.parametrize("precision", [0, 33, -1, None])
+@pytest.mark.parametrize("precision", [0, 33, -1])
 def test_int32_precision_out_of_range(precision):
     reject(edited(("inputs", 0, "precision"), precision), "invalid.precision")
+
+
+def test_int32_without_precision_is_raw_int32_and_only_max_pool_takes_it():
+    from cvmvm.verify import verify
+    model = native.decode(edited(("inputs", 0, "precision"), None))
+    assert model.inputs[0].type.precision is None and model.inputs[0].type.dtype == "int32"
+    with pytest.raises(CvmError) as e:
+        verify(model)  # the example feeds it to elemwise_add
+    assert e.value.code == "invalid.dtype"
 
 
 def test_precision_on_a_float_input():
