@@ -135,7 +135,10 @@ def cmd_convert(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
 def cmd_hash(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     if args.target.endswith(".npy") and not args.params:
         value = files.read_npy(args.target)
-        digest = tensor_hash(value)
+        try:
+            digest = tensor_hash(value)
+        except ValueError:
+            raise InputError("dtype", f"{args.target}: dtype {value.dtype} is not a VM dtype") from None
         info = {"kind": "tensor", "tensor_hash": digest.hex(), "dtype": str(value.dtype), "shape": list(value.shape)}
         return EXIT_OK, info, f"tensor hash {digest.hex()}"
     model = load_model(args.target, args.params)

@@ -26,6 +26,7 @@ def digits(tmp_path_factory) -> dict[str, Path]:
     np.save(d / "x.npy", images[0])
     np.save(d / "x_bad_shape.npy", images[0][0])
     np.save(d / "x_float.npy", images[0].astype(np.float32))
+    np.save(d / "x_bool.npy", images[0] > 0)
     np.save(d / "x_object.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     return {"graph": d / "graph.json", "params": d / "params.bin", "x": d / "x.npy", "dir": d}
 
@@ -111,6 +112,7 @@ def test_demo(capsys):
     (["run", "{graph}", "--params", "{params}", "--input", "data"], "input"),
     (["verify", "{graph}", "--params", "{params}", "--ops-limit", "1000"], "limit"),
     (["verify", "{graph}"], "invalid"),
+    (["hash", "{dir}/x_bool.npy"], "input"),
 ])
 def test_errors_exit_with_their_family_code(capsys, digits, argv, family):
     argv = [a.format(dir=digits["dir"], graph=digits["graph"], params=digits["params"]) for a in argv]
