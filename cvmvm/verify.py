@@ -16,8 +16,7 @@ import numpy as np
 from isa.errors import InternalError, InvalidError, LimitError, Rejected
 from isa.spec import OpDef, int32_only
 from isa.table import OP_BY_NAME
-from isa.types import (DTYPES, INT32, MAX_DIM, MAX_PRECISION, MAX_RANK, MAX_SIZE, MIN_PRECISION,
-                       TensorType, precision_bound)
+from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound
 from serializer.model import Model
 
 MAX_BASE_COST = 1 << 30
@@ -71,13 +70,7 @@ def check_tensor_type(t: TensorType, what: str) -> None:
     """The ISA's value limits, shared by variables and op outputs."""
     if t.dtype not in DTYPES:
         raise InvalidError("dtype", f"{what}: unknown dtype {t.dtype!r}")
-    if not 1 <= len(t.shape) <= MAX_RANK:
-        raise LimitError("rank", f"{what}: rank {len(t.shape)} must be in [1, {MAX_RANK}]")
-    for d in t.shape:
-        if not 1 <= d <= MAX_DIM:
-            raise LimitError("dim", f"{what}: dimension {d} of shape {t.shape} must be in [1, 2^24]")
-    if t.size > MAX_SIZE:
-        raise LimitError("size", f"{what}: {t.size} elements in shape {t.shape} exceed 2^30")
+    check_shape(t.shape, what)
     if t.dtype == INT32:
         if t.precision is not None and not MIN_PRECISION <= t.precision <= MAX_PRECISION:
             raise InvalidError("precision", f"{what}: precision {t.precision} must be in [1, 32]")

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from isa.errors import LimitError
+
 Shape = tuple[int, ...]
 
 INT32 = "int32"
@@ -46,6 +48,17 @@ class TensorType:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+
+def check_shape(shape: Shape, where: str) -> None:
+    """The ISA's limits on every tensor: rank in [1, 6], dims in [1, 2^24], at most 2^30 elements."""
+    if not 1 <= len(shape) <= MAX_RANK:
+        raise LimitError("rank", f"{where}: rank {len(shape)} must be in [1, {MAX_RANK}]")
+    for d in shape:
+        if not 1 <= d <= MAX_DIM:
+            raise LimitError("dim", f"{where}: dimension {d} of shape {tuple(shape)} must be in [1, 2^24]")
+    if shape_size(shape) > MAX_SIZE:
+        raise LimitError("size", f"{where}: {shape_size(shape)} elements in shape {tuple(shape)} exceed 2^30")
 
 
 def shape_size(shape: Shape) -> int:

@@ -36,7 +36,7 @@ from isa.attrs import BOOL, INT, INT32_MAX, INT32_MIN, INTS, OPT_INT, STR, attr_
 from isa.errors import InputError, InvalidError, LimitError, MalformedError
 from isa.spec import OpDef
 from isa.table import OP_BY_NAME
-from isa.types import (DTYPES, INT32, MAX_DIM, MAX_PRECISION, MAX_RANK, MAX_SIZE, MIN_PRECISION, Shape, TensorType,
+from isa.types import (DTYPES, INT32, MAX_PRECISION, MAX_RANK, MIN_PRECISION, Shape, TensorType, check_shape,
                        clip_to_precision, precision_bound, shape_size)
 from serializer import limits
 from serializer.model import Input, Instr, Model, Param
@@ -399,13 +399,7 @@ def _check_variable_names(nodes: list[_Node]) -> None:
 
 
 def _shape(dims: list[int], where: str) -> Shape:
-    if not 1 <= len(dims) <= MAX_RANK:
-        raise LimitError("rank", f"{where}: rank {len(dims)} must be in [1, {MAX_RANK}]")
-    for d in dims:
-        if not 1 <= d <= MAX_DIM:
-            raise LimitError("dim", f"{where}: dimension {d} must be in [1, 2^24]")
-    if shape_size(dims) > MAX_SIZE:
-        raise LimitError("size", f"{where}: {shape_size(dims)} elements exceed 2^30")
+    check_shape(dims, where)
     return tuple(dims)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from isa.attrs import BOOL, INT, INTS, OPT_INT, attr_fields, parse_attrs
 from isa.errors import CvmError, InternalError, InvalidError, LimitError, MalformedError
 from isa.table import ISA_VERSION, OPCODE, OPS
-from isa.types import DTYPES, INT32, MAX_DIM, MAX_PRECISION, MAX_RANK, MAX_SIZE, MIN_PRECISION, TensorType, shape_size
+from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape
 from serializer.model import Input, Instr, Model, Param
 
 FORMAT_NAME = "cvmvm"
@@ -192,13 +192,7 @@ def _list(value: Any, where: str) -> list[Any]:
 
 def _shape(value: Any, where: str) -> tuple[int, ...]:
     shape = tuple(_int(d, where) for d in _list(value, where))
-    if not 1 <= len(shape) <= MAX_RANK:
-        raise LimitError("rank", f"{where}: rank {len(shape)} must be in [1, {MAX_RANK}]")
-    for d in shape:
-        if not 1 <= d <= MAX_DIM:
-            raise LimitError("dim", f"{where}: dimension {d} must be in [1, 2^24]")
-    if shape_size(shape) > MAX_SIZE:
-        raise LimitError("size", f"{where}: {shape_size(shape)} elements exceed 2^30")
+    check_shape(shape, where)
     return shape
 
 
