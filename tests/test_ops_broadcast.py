@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import cvmvm
 from cvmvm.verify import verify
 from isa.errors import Rejected
 from isa.ops import broadcast as B
@@ -21,25 +20,13 @@ from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer.model import Input, Instr, Model
 from tests.naive import broadcast as naive
+from tests.opkit import arr, rejected, run1
 
 M = 2**31 - 1
 BINARY = ["broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div", "broadcast_max", "broadcast_greater"]
 
 
-def arr(values, shape=None) -> np.ndarray:
-    a = np.array(values, dtype=np.int32)
-    return a if shape is None else a.reshape(shape)
 
-
-def run1(name, inputs, attrs=None, precisions=None) -> np.ndarray:
-    (out,) = cvmvm.run_op(name, inputs, attrs or {}, precisions)
-    return out
-
-
-def rejected(name, inputs, attrs=None, precisions=None) -> str:
-    with pytest.raises(cvmvm.CvmError) as e:
-        cvmvm.run_op(name, inputs, attrs or {}, precisions)
-    return e.value.code
 
 
 # -- hand-computed ------------------------------------------------------------

@@ -10,15 +10,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import cvmvm
-from cvmvm.verify import Program, verify
+from cvmvm.verify import Program
 from isa.attrs import parse_attrs
-from isa.errors import CvmError
 from isa.ops import nn
-from isa.table import OP_BY_NAME
 from isa.types import TensorType
-from serializer.model import Input, Instr, Model
 from tests.naive import nn as naive
+from tests.opkit import program, rejects, run
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
@@ -28,28 +25,11 @@ GRID_L = (1, 18, 35, 52, 69, 86)
 GRID_R = (1, 24, 47, 70, 93)
 
 
-def run(name, inputs, attrs=None, precisions=None):
-    return cvmvm.run_op(name, [np.asarray(v, dtype=np.int32) for v in inputs], attrs or {}, precisions)
-
-
-def program(name: str, types: list[TensorType], attrs: dict) -> Program:
-    """Verify one instruction over typed inputs (no values): its output types and ops."""
-    op = OP_BY_NAME[name]
-    record = parse_attrs(op.attrs, attrs, fill_defaults=True)
-    n = len(types)
-    outs = tuple(range(n, n + len(op.outputs)))
-    return verify(Model(tuple(Input(f"in{k}", t) for k, t in enumerate(types)), (),
-                        (Instr(name, record, tuple(range(n)), outs),), outs))
 
 
 def T(*shape: int, p: int = 8) -> TensorType:
     return TensorType(tuple(shape), p)
 
-
-def rejects(code: str, fn, *args) -> None:
-    with pytest.raises(CvmError) as e:
-        fn(*args)
-    assert e.value.code == code
 
 
 def ints(rng: np.random.Generator, shape, precision: int) -> np.ndarray:

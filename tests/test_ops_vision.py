@@ -8,41 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import cvmvm
-from cvmvm.verify import Program, verify
+from cvmvm.verify import Program
 from isa.attrs import parse_attrs
-from isa.errors import CvmError
 from isa.ops import vision
-from isa.table import OP_BY_NAME
 from isa.types import TensorType
-from serializer.model import Input, Instr, Model
 from tests.naive import vision as naive
+from tests.opkit import program, rejects, run
 
 INT32_MAX = (1 << 31) - 1
 
 
-def run(name, inputs, attrs=None, precisions=None):
-    return cvmvm.run_op(name, [np.asarray(v, dtype=np.int32) for v in inputs], attrs or {}, precisions)
-
-
-def program(name: str, types: list[TensorType], attrs: dict) -> Program:
-    """Verify one instruction over typed inputs (no values): its output types and ops."""
-    op = OP_BY_NAME[name]
-    record = parse_attrs(op.attrs, attrs, fill_defaults=True)
-    n = len(types)
-    outs = tuple(range(n, n + len(op.outputs)))
-    return verify(Model(tuple(Input(f"in{k}", t) for k, t in enumerate(types)), (),
-                        (Instr(name, record, tuple(range(n)), outs),), outs))
 
 
 def T(*shape: int, p: int = 16) -> TensorType:
     return TensorType(tuple(shape), p)
 
-
-def rejects(code: str, fn, *args) -> None:
-    with pytest.raises(CvmError) as e:
-        fn(*args)
-    assert e.value.code == code
 
 
 def nms(boxes, valid_count=None, **attrs):
