@@ -20,7 +20,7 @@ from isa.errors import CvmError, InputError
 from isa.table import ISA_VERSION
 from serializer import cortex, native
 from serializer.hashing import tensor_hash
-from cvmvm import demo, disasm, files
+from cvmvm import cli_tx, demo, disasm, files
 from cvmvm.api import Model, load, load_cortex
 from cvmvm.trace import trace_bytes, trace_to_json
 
@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
                for t, v, h in zip(model.output_types, result.outputs, result.output_hashes)]
     info = {"model_hash": model.model_hash.hex(), "output_hash": result.output_hash.hex(),
             "trace_root": result.trace.root.hex(), "ops": result.ops, "outputs": outputs,
-            "peak_tensor_bytes": result.peak_bytes}
+            "peak_tensor_bytes": result.peak_bytes, **cli_tx.run_receipt(args, model, result)}
     lines = [f"ok: ops {result.ops}",
              f"model hash  {info['model_hash']}",
              f"output hash {info['output_hash']}",
@@ -189,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor hash) as JSON")
     p.add_argument("--save-outputs", metavar="DIR", help="write output_<k>.npy files into DIR")
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
+    cli_tx.add_run_options(p)
 
     p = command("convert", cmd_convert, "convert Cortex (graph JSON + params) <-> native, by the input's type")
     p.add_argument("source", help="native model, or Cortex graph JSON")
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("disasm", cmd_disasm, "list a model's instructions with shapes, precisions and costs")
     model_args(p)
 
+    cli_tx.add_commands(command)
     command("ops", cmd_ops, "print the ISA table: op codes, inputs, outputs, attributes")
     command("demo", cmd_demo, "classify the bundled digits with the bundled model")
     return parser

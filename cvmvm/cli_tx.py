@@ -1,0 +1,212 @@
+"""The transaction commands of the ``cvmvm`` command line.
+
+check-receipt, store, replay, diff, prove-step and check-step, added to the
+main parser by ``add_commands``; and the ``--receipt``/``--sign`` options of
+``cvmvm run`` (``add_run_options``, ``run_receipt``).  Each command follows
+cvmvm.cli's conventions: it returns (exit code, JSON info, text) and raises
+CvmError for failures, which main() maps to exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+from isa.errors import InputError
+from cvmvm import cli, files, receipt, replay, stepproof, tracediff
+from cvmvm.api import Model, Result
+from cvmvm.store import Store
+
+Command = Callable[[str, Callable[..., Any], str], argparse.ArgumentParser]
+Reply = tuple[int, dict[str, Any], str]
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="native model (.cvm) or Cortex graph JSON")
+    p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
+
+
+def _input_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input array (repeatable)")
+
+
+def _signer(path: str | None) -> bytes | None:
+    return None if path is None else receipt.load_public_key(files.read_bytes(path, "public key"), path)
+
+
+def _hash_arg(text: str, what: str) -> bytes:
+    try:
+        digest = bytes.fromhex(text)
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise InputError("argument", f"{what} {text!r}: expected 64 hex digits")
+    return digest
+
+
+# -- run --receipt --------------------------------------------------------------------
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--receipt", metavar="FILE", help="write the run's receipt (docs/FORMAT.md section 6)")
+    p.add_argument("--sign", metavar="KEY", help="sign the receipt with this Ed25519 private key (PEM or raw 32 bytes)")
+
+
+def run_receipt(args: argparse.Namespace, model: Model, result: Result) -> dict[str, Any]:
+    """For cmd_run: write the receipt when --receipt is given; the info entries to add."""
+    if args.receipt is None:
+        if args.sign is not None:
+            raise InputError("argument", "--sign needs --receipt")
+        return {}
+    r = receipt.make_receipt(model, result)
+    if args.sign is not None:
+        r = receipt.sign(r, receipt.load_private_key(files.read_bytes(args.sign, "key"), args.sign))
+    files.write_atomic(args.receipt, receipt.encode(r))
+    return {"receipt": args.receipt, "signer": None if r.signer is None else r.signer.public_key.hex()}
+
+
+# -- check-receipt ---------------------------------------------------------------------
+
+def cmd_check_receipt(args: argparse.Namespace) -> Reply:
+    claimed = receipt.decode(files.read_bytes(args.receipt, "receipt", receipt.MAX_RECEIPT_BYTES))
+    model = cli.load_model(args.model, args.params)
+    actual = receipt.make_receipt(model, model.run(cli.parse_inputs(args.input), trace=True))
+    checks = receipt.check(claimed, actual, _signer(args.signer))
+    ok = all(c.ok for c in checks)
+    info = {"match": ok, "fields": [{"field": c.field, "match": c.ok, "claimed": c.claimed, "actual": c.actual}
+                                    for c in checks]}
+    lines = [f"{'match   ' if c.ok else 'MISMATCH'} {c.field}" + ("" if c.ok else f": claimed {c.claimed}, actual {c.actual}")
+             for c in checks]
+    lines.append("receipt matches" if ok else "receipt does NOT match")
+    return (cli.EXIT_OK if ok else cli.EXIT_MISMATCH), info, "\n".join(lines)
+
+
+# -- store ------------------------------------------------------------------------------
+
+def cmd_store_add(args: argparse.Namespace) -> Reply:
+    store = Store(args.dir)
+    digest = store.add(cli.load_model(args.model, args.params))
+    return cli.EXIT_OK, {"model_hash": digest.hex(), "path": str(store.path(digest))}, digest.hex()
+
+
+def cmd_store_list(args: argparse.Namespace) -> Reply:
+    entries = Store(args.dir).list()
+    rows = [{"model_hash": e.model_hash, "bytes": e.size, "intact": e.intact} for e in entries]
+    lines = [f"{e.model_hash} {e.size:>12d} bytes{'' if e.intact else '  CORRUPT: content does not hash to its name'}"
+             for e in entries]
+    lines.append(f"{len(entries)} models")
+    intact = all(e.intact for e in entries)
+    return (cli.EXIT_OK if intact else cli.EXIT_MISMATCH), {"models": rows}, "\n".join(lines)
+
+
+# -- replay -------------------------------------------------------------------------------
+
+def _progress_bar() -> replay.Progress | None:
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = width * done // max(1, total)
+        end = "\n" if done == total else ""
+        print(f"\rreplay [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
+def cmd_replay(args: argparse.Namespace) -> Reply:
+    if args.workers < 1 or args.batch < 1:
+        raise InputError("argument", "--workers and --batch must be at least 1")
+    txs = replay.decode_txs(files.read_bytes(args.txs, "transaction file", replay.MAX_TXS_BYTES))
+    outcomes = replay.replay(txs, Store(args.store), workers=args.workers, use_ray=args.ray,
+                             batch_size=args.batch, signer=_signer(args.signer), progress=_progress_bar())
+    summary = replay.summary(outcomes)
+    info = {"summary": summary, "results": [o.to_json() for o in outcomes]}
+    clean = summary["ok"] == summary["total"]
+    return (cli.EXIT_OK if clean else cli.EXIT_MISMATCH), info, "\n".join(replay.iter_lines(outcomes))
+
+
+# -- diff ---------------------------------------------------------------------------------
+
+def cmd_diff(args: argparse.Namespace) -> Reply:
+    a = tracediff.load_trace(files.read_bytes(args.trace_a, "trace"), args.trace_a)
+    b = tracediff.load_trace(files.read_bytes(args.trace_b, "trace"), args.trace_b)
+    report = tracediff.diff(a, b)
+    return (cli.EXIT_OK if report["same"] else cli.EXIT_MISMATCH), report, tracediff.render(report)
+
+
+# -- step proofs --------------------------------------------------------------------------
+
+def cmd_prove_step(args: argparse.Namespace) -> Reply:
+    model = cli.load_model(args.model, args.params)
+    proof, root = stepproof.prove_step(model, cli.parse_inputs(args.input), args.step)
+    files.write_atomic(args.out, stepproof.encode(proof))
+    info = {"proof": args.out, "step": proof.step, "op": proof.op, "trace_root": root.hex(),
+            "model_hash": model.model_hash.hex()}
+    return cli.EXIT_OK, info, f"wrote proof of instruction {proof.step} ({proof.op}) to {args.out}\ntrace root {root.hex()}"
+
+
+def cmd_check_step(args: argparse.Namespace) -> Reply:
+    proof = stepproof.decode(files.read_bytes(args.proof, "step proof", stepproof.MAX_PROOF_BYTES))
+    root = _hash_arg(args.root, "--root")
+    if (args.model is None) == (args.store is None):
+        raise InputError("argument", "check-step needs the model: give exactly one of --model and --store")
+    if args.params is not None and args.model is None:
+        raise InputError("argument", "--params goes with --model")
+    model = cli.load_model(args.model, args.params) if args.model else Store(args.store).get(proof.model_hash)
+    checks = stepproof.check_step(proof, root, model)
+    ok = all(c.ok for c in checks)
+    info = {"valid": ok, "step": proof.step, "op": proof.op,
+            "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]}
+    lines = [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in checks]
+    lines.append(f"proof of instruction {proof.step} ({proof.op}) is {'valid' if ok else 'INVALID'}")
+    return (cli.EXIT_OK if ok else cli.EXIT_MISMATCH), info, "\n".join(lines)
+
+
+# -- the parser -----------------------------------------------------------------------------
+
+def add_commands(command: Command) -> None:
+    p = command("check-receipt", cmd_check_receipt, "re-execute a receipt's run and report, field by field, what matches")
+    p.add_argument("receipt", help="receipt file (cvmvm run --receipt)")
+    _model_args(p)
+    _input_arg(p)
+    p.add_argument("--signer", metavar="PUBKEY", help="require this Ed25519 signer (PEM or raw 32-byte public key)")
+
+    p = command("store", cmd_store_list, "a model store: a directory of native models named by model hash")
+    actions = p.add_subparsers(dest="store_command", required=True)
+    add = actions.add_parser("add", help="add a Cortex or native model; print its hash")
+    add.add_argument("dir", help="store directory (created if missing)")
+    add.add_argument("model", help="native model (.cvm) or Cortex graph JSON")
+    add.add_argument("--params", help="Cortex params binary (with a graph JSON)")
+    add.set_defaults(func=cmd_store_add)
+    listing = actions.add_parser("list", help="list the stored models, each re-hashed")
+    listing.add_argument("dir", help="store directory")
+    listing.set_defaults(func=cmd_store_list)
+    for sub in (add, listing):  # --json after the action too; SUPPRESS keeps a --json given before it
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
+
+    p = command("replay", cmd_replay, "re-execute a file of transactions and check every claimed receipt")
+    p.add_argument("txs", help="transaction file (docs/FORMAT.md section 7)")
+    p.add_argument("--store", required=True, help="model store directory")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1: this process)")
+    p.add_argument("--ray", action="store_true", help="run on Ray (pip install cvmvm[ray]); --workers is then a hint")
+    p.add_argument("--batch", type=int, default=replay.DEFAULT_BATCH, help="most transactions in one batched run")
+    p.add_argument("--signer", metavar="PUBKEY", help="require every receipt signed by this Ed25519 key")
+
+    p = command("diff", cmd_diff, "name the first instruction at which two traces of a model disagree")
+    p.add_argument("trace_a", help="trace file (cvmvm run --trace)")
+    p.add_argument("trace_b", help="trace file (cvmvm run --trace)")
+
+    p = command("prove-step", cmd_prove_step, "write a proof of one instruction of a run against its trace root")
+    p.add_argument("model", help="native model (.cvm) or Cortex graph JSON")
+    p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
+    _input_arg(p)
+    p.add_argument("--step", type=int, required=True, help="the instruction's index")
+    p.add_argument("--out", required=True, help="proof file to write")
+
+    p = command("check-step", cmd_check_step, "check a step proof: re-execute its one instruction, check every inclusion proof")
+    p.add_argument("proof", help="step proof file (cvmvm prove-step)")
+    p.add_argument("--root", required=True, help="the trace root (64 hex digits)")
+    p.add_argument("--model", help="the model the proof names (native, or Cortex graph JSON)")
+    p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
+    p.add_argument("--store", help="a model store holding the model the proof names")

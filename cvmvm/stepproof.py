@@ -1,0 +1,263 @@
+"""Step proofs: settle a dispute about one instruction without re-running the model.
+
+A proof carries instruction K (op, attributes, tensor ids and types), the
+values of its inputs, the hashes of its outputs, and Merkle inclusion proofs
+of all of them against a trace root (docs/FORMAT.md section 8).  Checking it
+re-executes only that instruction, verified as a one-instruction program with
+the input types from the proof, and recomputes every inclusion proof.  It also
+confirms against the model that the instruction, its tensor ids and types and
+the trace's size are the model's: the trace root commits to tensors, not to
+the program, so without that a proof could name any op that happens to map
+the committed inputs to the committed outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from isa.attrs import attrs_to_dict
+from isa.errors import CvmError, InputError, LimitError
+from isa.table import OPCODE, OPS
+from isa.types import INT32, TensorType, precision_bound
+from serializer.hashing import HASH_SIZE, INPUT, INSTR, leaf_hash, merkle_proof, tensor_hash, verify_merkle_proof
+from serializer.model import Input, Instr, Model as ModelIR
+from serializer.strict import Reader, attrs_to_wire, pack, require_canonical, tensor_data, unpack
+from cvmvm.api import Model
+from cvmvm.execute import execute
+from cvmvm.trace import Tracer, entry_positions
+from cvmvm.verify import verify
+
+PROOF_FORMAT = "cvmvm-step-proof"
+PROOF_VERSION = 1
+MAX_PROOF_BYTES = 1 << 32
+MAX_LEAVES = 1 << 32   # leaf indices and counts are u32 in the trace
+
+KEYS = ("format", "version", "model_hash", "leaves", "step", "op", "attrs", "inputs", "outputs")
+OPERAND_KEYS = ("tensor", "kind", "index", "output", "dtype", "shape", "precision", "data", "path")
+RESULT_KEYS = ("tensor", "dtype", "shape", "precision", "hash", "path")
+
+_READER = Reader("step_proof")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An input of the instruction: its trace position, type, value and inclusion proof."""
+
+    tensor: int
+    kind: int
+    index: int
+    output: int
+    type: TensorType
+    value: np.ndarray
+    path: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An output of the instruction as the trace records it: its type, hash and inclusion proof."""
+
+    tensor: int
+    type: TensorType
+    digest: bytes
+    path: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class StepProof:
+    model_hash: bytes
+    leaves: int   # entries in the trace (the model's tensor count)
+    step: int     # the instruction's index in the model's code
+    op: str
+    attrs: Any
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Claim, ...]
+
+
+# -- proving ---------------------------------------------------------------------------
+
+def prove_step(model: Model, inputs: Mapping[str, np.ndarray], step: int) -> tuple[StepProof, bytes]:
+    """Run the model once, traced, keeping instruction ``step``'s inputs; return its proof and the trace root."""
+    program = model.program
+    if not 0 <= step < len(program.steps):
+        raise InputError("step", f"step {step} is not an instruction of the model (it has {len(program.steps)})")
+    s = program.steps[step]
+    tracer = Tracer(program)
+    kept: dict[int, np.ndarray] = {}
+
+    def observe(t: int, value: np.ndarray) -> None:
+        tracer(t, value)
+        if t in s.inputs:
+            kept[t] = value
+
+    execute(program, inputs, observe)
+    trace = tracer.trace()
+    leaves = trace.leaves
+    positions = entry_positions(program)
+    operands = tuple(Operand(t, *positions[t], program.types[t], kept[t], tuple(merkle_proof(leaves, t)))
+                     for t in s.inputs)
+    claims = tuple(Claim(t, program.types[t], trace.entries[t].digest, tuple(merkle_proof(leaves, t)))
+                   for t in s.outputs)
+    return StepProof(model.model_hash, len(leaves), step, s.op.name, s.attrs, operands, claims), trace.root
+
+
+# -- the format ----------------------------------------------------------------------------
+
+def _type_wire(t: TensorType) -> dict[str, Any]:
+    return {"dtype": t.dtype, "shape": list(t.shape), "precision": t.precision}
+
+
+def to_wire(p: StepProof) -> dict[str, Any]:
+    return {
+        "format": PROOF_FORMAT,
+        "version": PROOF_VERSION,
+        "model_hash": p.model_hash,
+        "leaves": p.leaves,
+        "step": p.step,
+        "op": OPCODE[p.op],
+        "attrs": attrs_to_wire(p.attrs),
+        "inputs": [{"tensor": o.tensor, "kind": o.kind, "index": o.index, "output": o.output, **_type_wire(o.type),
+                    "data": tensor_data(o.value, o.type.dtype), "path": list(o.path)} for o in p.inputs],
+        "outputs": [{"tensor": c.tensor, **_type_wire(c.type), "hash": c.digest, "path": list(c.path)}
+                    for c in p.outputs],
+    }
+
+
+def encode(p: StepProof) -> bytes:
+    return pack(to_wire(p))
+
+
+def _path(rd: Reader, value: Any, where: str) -> tuple[bytes, ...]:
+    # An audit path of a tree of at most 2^32 leaves has at most 32 hashes.
+    return tuple(rd.bin(h, where, HASH_SIZE) for h in rd.list(value, where, 32))
+
+
+def from_wire(top: Any) -> StepProof:
+    rd = _READER
+    top = rd.map(top, KEYS, "proof")
+    rd.const(top["format"], PROOF_FORMAT, "format")
+    rd.const(top["version"], PROOF_VERSION, "version")
+    model_hash = rd.bin(top["model_hash"], "model_hash", HASH_SIZE)
+    leaves = rd.int(top["leaves"], "leaves", 1, MAX_LEAVES)
+    step = rd.int(top["step"], "step", 0, MAX_LEAVES - 1)
+    op = OPS[rd.int(top["op"], "op", 0, len(OPS) - 1)]
+    attrs = rd.attrs(op.attrs, top["attrs"], "attrs")
+    operands = []
+    for k, e in enumerate(rd.list(top["inputs"], "inputs")):
+        w = f"inputs[{k}]"
+        e = rd.map(e, OPERAND_KEYS, w)
+        t = rd.tensor_type(e, w)
+        operands.append(Operand(rd.int(e["tensor"], f"{w}.tensor", 0, leaves - 1),
+                                rd.int(e["kind"], f"{w}.kind", INPUT, INSTR),
+                                rd.int(e["index"], f"{w}.index", 0, MAX_LEAVES - 1),
+                                rd.int(e["output"], f"{w}.output", 0, MAX_LEAVES - 1),
+                                t, rd.array(t.dtype, t.shape, e["data"], f"{w}.data"), _path(rd, e["path"], f"{w}.path")))
+    claims = []
+    for j, e in enumerate(rd.list(top["outputs"], "outputs")):
+        w = f"outputs[{j}]"
+        e = rd.map(e, RESULT_KEYS, w)
+        claims.append(Claim(rd.int(e["tensor"], f"{w}.tensor", 0, leaves - 1), rd.tensor_type(e, w),
+                            rd.bin(e["hash"], f"{w}.hash", HASH_SIZE), _path(rd, e["path"], f"{w}.path")))
+    if len(claims) != len(op.outputs):
+        raise rd.fail(f"outputs: {len(claims)} entries, but {op.name} has {len(op.outputs)} outputs")
+    return StepProof(model_hash, leaves, step, op.name, attrs, tuple(operands), tuple(claims))
+
+
+def decode(data: bytes) -> StepProof:
+    if len(data) > MAX_PROOF_BYTES:
+        raise LimitError("bytes", f"step proof of {len(data)} bytes exceeds {MAX_PROOF_BYTES}")
+    proof = from_wire(unpack(data, _READER))
+    require_canonical(data, to_wire(proof), "step proof")
+    return proof
+
+
+# -- checking ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+def _structure(p: StepProof) -> list[Check]:
+    """Tensor ids and trace positions consistent with one instruction of some program."""
+    first = p.outputs[0].tensor
+    checks = [Check("output ids", all(c.tensor == first + j for j, c in enumerate(p.outputs))
+                    and first + len(p.outputs) <= p.leaves,
+                    f"outputs {[c.tensor for c in p.outputs]} must be consecutive ids below {p.leaves}")]
+    for k, o in enumerate(p.inputs):
+        ok = o.tensor < first and (o.index < p.step if o.kind == INSTR else o.output == 0)
+        checks.append(Check(f"input {k} position", ok,
+                            f"tensor {o.tensor}, (kind {o.kind}, index {o.index}, output {o.output}) "
+                            f"before instruction {p.step}'s outputs"))
+    return checks
+
+
+def _inclusion(p: StepProof, root: bytes) -> list[Check]:
+    checks = []
+    for k, o in enumerate(p.inputs):
+        leaf = leaf_hash(o.kind, o.index, o.output, tensor_hash(o.value, o.type.dtype))
+        checks.append(Check(f"input {k} in trace", verify_merkle_proof(leaf, o.tensor, p.leaves, o.path, root),
+                            f"tensor {o.tensor}, leaf {o.tensor} of {p.leaves}"))
+    for j, c in enumerate(p.outputs):
+        leaf = leaf_hash(INSTR, p.step, j, c.digest)
+        checks.append(Check(f"output {j} in trace", verify_merkle_proof(leaf, c.tensor, p.leaves, c.path, root),
+                            f"tensor {c.tensor}, leaf {c.tensor} of {p.leaves}"))
+    return checks
+
+
+def _text(t: TensorType) -> str:
+    return f"{t.dtype}{list(t.shape)}" + ("" if t.precision is None else f" p{t.precision}")
+
+
+def _reexecute(p: StepProof) -> list[Check]:
+    """Verify the instruction alone, over the proof's input types, and run it."""
+    for k, o in enumerate(p.inputs):
+        if o.type.dtype == INT32 and o.value.size:
+            bound = precision_bound(o.type.precision)
+            if int(o.value.min()) < -bound or int(o.value.max()) > bound:
+                return [Check("instruction", False, f"input {k}: values outside precision {o.type.precision}")]
+    n = len(p.inputs)
+    outs = tuple(range(n, n + len(p.outputs)))
+    single = ModelIR(tuple(Input(f"in{k}", o.type) for k, o in enumerate(p.inputs)), (),
+                     (Instr(p.op, p.attrs, tuple(range(n)), outs),), outs)
+    try:
+        program = verify(single)
+        values, _ = execute(program, {f"in{k}": o.value for k, o in enumerate(p.inputs)})
+    except CvmError as e:
+        return [Check("instruction", False, f"{e.code}: {e.message}")]
+    checks = [Check("instruction", True, f"{p.op} verifies over the proof's input types")]
+    for j, (c, t, v) in enumerate(zip(p.outputs, program.output_types, values)):
+        checks.append(Check(f"output {j} type", t == c.type, f"inferred {_text(t)}, proof says {_text(c.type)}"))
+        got = tensor_hash(v, t.dtype)
+        checks.append(Check(f"output {j} value", got == c.digest,
+                            f"recomputed hash {got.hex()}, trace has {c.digest.hex()}"))
+    return checks
+
+
+def _binding(p: StepProof, model: Model) -> list[Check]:
+    """The proof's instruction, ids, types and positions are the model's instruction ``step``."""
+    program = model.program
+    if p.step >= len(program.steps):
+        return [Check("model instruction", False, f"the model has {len(program.steps)} instructions")]
+    s = program.steps[p.step]
+    positions = entry_positions(program)
+    same = (p.model_hash == model.model_hash and p.leaves == len(program.types) and p.op == s.op.name and attrs_to_dict(p.attrs) == attrs_to_dict(s.attrs)
+            and tuple(o.tensor for o in p.inputs) == s.inputs and tuple(c.tensor for c in p.outputs) == s.outputs
+            and all(o.type == program.types[o.tensor] and (o.kind, o.index, o.output) == positions[o.tensor]
+                    for o in p.inputs)
+            and all(c.type == program.types[c.tensor] for c in p.outputs))
+    return [Check("model instruction", same, f"instruction {p.step} of model {model.model_hash.hex()}: "
+                                             f"{s.op.name} {list(s.inputs)} -> {list(s.outputs)}")]
+
+
+def check_step(p: StepProof, root: bytes, model: Model) -> list[Check]:
+    """Every check, in order; the proof holds when all are ok.
+
+    The model is needed only to bind the proof's instruction (and the trace's
+    size) to it; nothing but the one instruction is executed.
+    """
+    return _structure(p) + _inclusion(p, root) + _reexecute(p) + _binding(p, model)

@@ -1,0 +1,145 @@
+"""Comparing two traces of one model: narrow a disagreement down to one op.
+
+Trace entries come in tensor-id order, and an instruction's inputs have
+smaller ids than its outputs, so the first instruction whose output hash
+differs either read identical inputs (the dispute is that one op) or read a
+model input or param that already differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from isa.errors import MalformedError
+from serializer.hashing import HASH_SIZE, KIND_NAMES, leaf_hash, merkle_root
+from cvmvm.trace import read_trace
+
+_INSTR = KIND_NAMES.index("instr")
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: int
+    index: int
+    output: int
+    tensor: int
+    digest: bytes
+    row: dict[str, Any]  # the entry as the file has it (name, dtype, shape, op, attrs, ...)
+
+
+def _int(row: dict[str, Any], key: str, where: str) -> int:
+    v = row.get(key)
+    if type(v) is not int or not 0 <= v < 1 << 32:
+        raise MalformedError("trace", f"{where}.{key}: expected an integer in [0, 2^32), got {v!r}")
+    return v
+
+
+def _entry(row: Any, where: str) -> Entry:
+    if type(row) is not dict or row.get("kind") not in KIND_NAMES:
+        raise MalformedError("trace", f"{where}: expected an entry with kind one of {list(KIND_NAMES)}")
+    digest = row.get("hash")
+    try:
+        raw = bytes.fromhex(digest) if type(digest) is str else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != HASH_SIZE or raw.hex() != digest:
+        raise MalformedError("trace", f"{where}.hash: expected {2 * HASH_SIZE} lowercase hex digits")
+    kind = KIND_NAMES.index(row["kind"])
+    if kind == _INSTR and (type(row.get("inputs")) is not list or any(type(t) is not int for t in row["inputs"])):
+        raise MalformedError("trace", f"{where}.inputs: expected a list of tensor ids")
+    return Entry(kind, _int(row, "index", where), _int(row, "output", where), _int(row, "tensor", where), raw, row)
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    model_hash: str
+    root: str
+    entries: tuple[Entry, ...]
+
+
+def load_trace(data: bytes, what: str) -> TraceFile:
+    """A trace file, its entries checked and its root recomputed from them."""
+    doc = read_trace(data, what)
+    entries = tuple(_entry(row, f"{what}: entries[{k}]") for k, row in enumerate(doc["entries"]))
+    if not entries or any(e.tensor != k for k, e in enumerate(entries)):
+        raise MalformedError("trace", f"{what}: entries must be tensors 0, 1, 2, ... in order")
+    root = merkle_root([leaf_hash(e.kind, e.index, e.output, e.digest) for e in entries]).hex()
+    if root != doc.get("root"):
+        raise MalformedError("trace", f"{what}: root {doc.get('root')!r} is not the root of its entries ({root})")
+    return TraceFile(str(doc.get("model_hash")), root, entries)
+
+
+def _describe(e: Entry) -> dict[str, Any]:
+    keys = ("kind", "index", "output", "tensor", "name", "dtype", "shape", "precision", "hash")
+    return {k: e.row.get(k) for k in keys}
+
+
+def diff(a: TraceFile, b: TraceFile) -> dict[str, Any]:
+    """What differs between two traces, as a JSON-ready report; ``same`` is True when nothing does."""
+    if a.model_hash != b.model_hash:
+        return {"same": False, "reason": "model", "model_hash": [a.model_hash, b.model_hash]}
+    if len(a.entries) != len(b.entries) or any((x.kind, x.index, x.output) != (y.kind, y.index, y.output)
+                                               for x, y in zip(a.entries, b.entries)):
+        return {"same": False, "reason": "structure",
+                "detail": "the traces claim one model but list different tensors"}
+    differing = [k for k, (x, y) in enumerate(zip(a.entries, b.entries)) if x.digest != y.digest]
+    if not differing:
+        return {"same": True, "root": a.root}
+    first = differing[0]
+    report: dict[str, Any] = {"same": False, "reason": "tensor", "first_tensor": _describe(a.entries[first]),
+                              "first_tensor_hashes": [a.entries[first].row["hash"], b.entries[first].row["hash"]],
+                              "roots": [a.root, b.root]}
+    instr = next((k for k in differing if a.entries[k].kind == _INSTR), None)
+    if instr is None:
+        report["instruction"] = None
+        return report
+    x, y = a.entries[instr], b.entries[instr]
+    ins = x.row["inputs"]
+    bad_inputs = [t for t in ins if not 0 <= t < len(a.entries) or a.entries[t].digest != b.entries[t].digest]
+    report["instruction"] = {
+        "index": x.index, "output": x.output, "tensor": x.tensor, "op": x.row.get("op"), "name": x.row.get("name"),
+        "attrs": x.row.get("attrs"),
+        "inputs": [_describe(a.entries[t]) for t in ins if 0 <= t < len(a.entries)],
+        "outputs": [_describe(e) for e in a.entries if e.kind == _INSTR and e.index == x.index],
+        "output_hashes": [x.row["hash"], y.row["hash"]],
+        "inputs_agree": not bad_inputs,
+        "differing_inputs": bad_inputs,
+        "same_op": all(x.row.get(k) == y.row.get(k) for k in ("op", "attrs", "inputs", "shape", "dtype", "precision")),
+    }
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    if report["same"]:
+        return f"identical: trace root {report['root']}"
+    if report["reason"] == "model":
+        a, b = report["model_hash"]
+        return f"the traces are of different models: model hash {a} vs {b}"
+    if report["reason"] == "structure":
+        return f"different: {report['detail']}"
+    t = report["first_tensor"]
+    lines = []
+    if t["kind"] != "instr":
+        lines.append(f"{t['kind']} {t['index']} ({t['name']}, tensor {t['tensor']}) differs first: "
+                     f"{report['first_tensor_hashes'][0]} vs {report['first_tensor_hashes'][1]}")
+    ins = report["instruction"]
+    if ins is None:
+        lines.append("no instruction output differs")
+        return "\n".join(lines)
+    lines.append(f"first differing instruction: {ins['index']} {ins['op']} ({ins['name']}) output {ins['output']} "
+                 f"(tensor {ins['tensor']})")
+    lines.append(f"  attrs   {ins['attrs']}")
+    for e in ins["inputs"]:
+        lines.append(f"  input   tensor {e['tensor']} {e['dtype']}{e['shape']} p{e['precision']} hash {e['hash']}")
+    for e in ins["outputs"]:
+        lines.append(f"  output  tensor {e['tensor']} {e['dtype']}{e['shape']} p{e['precision']}")
+    lines.append(f"  output hash {ins['output_hashes'][0]} vs {ins['output_hashes'][1]}")
+    if ins["inputs_agree"]:
+        lines.append("inputs agree in both traces: the dispute is this one op")
+    else:
+        lines.append(f"its inputs differ too (tensors {ins['differing_inputs']}); the first differing tensor is "
+                     f"tensor {t['tensor']} ({t['kind']} {t['index']}, {t['name']})")
+    if not ins["same_op"]:
+        lines.append("warning: the two traces describe this instruction differently")
+    return "\n".join(lines)
