@@ -48,7 +48,7 @@ def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
             raise InternalError("dtype", f"{where}: kernel produced {value.dtype}, verified int32")
         if value.size:
             bound = precision_bound(t.precision)
-            lo, hi = int(value.min()), int(value.max())
+            lo, hi = int(np.minimum.reduce(value, axis=None)), int(np.maximum.reduce(value, axis=None))
             if lo < -bound or hi > bound:
                 raise InternalError("precision", f"{where}: value {lo if lo < -bound else hi} outside "
                                                  f"inferred precision {t.precision}")

@@ -3,11 +3,21 @@
 Tensor ids are visited in order (inputs, params, then each instruction's
 outputs), so the leaf list of a trace is fixed by the program alone; only the
 tensor hashes depend on the data.
+
+Hashing is a large share of a traced run, and hashlib releases the GIL on
+large buffers: a background thread hashes one tensor while the next kernel
+runs.  Each digest is stored under its tensor id, so the order in which they
+finish changes nothing.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
+import weakref
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +51,85 @@ class Trace:
         return [e.leaf for e in self.entries]
 
 
+# Below this size a tensor is hashed at once: handing it to the thread costs more.
+BACKGROUND_MIN_BYTES = 1 << 16
+# When the thread is already behind by this much, the executing thread hashes
+# the next tensor itself: both share the hashing, and the memory held for it
+# stays bounded.
+MAX_BACKLOG_BYTES = 1 << 22
+
+_hasher_lock = threading.Lock()
+_hasher: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _background() -> ThreadPoolExecutor:
+    """The one hashing thread of this process (a forked child starts its own)."""
+    global _hasher
+    with _hasher_lock:
+        if _hasher is None or _hasher[0] != os.getpid():
+            _hasher = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="cvmvm-hash"))
+        return _hasher[1]
+
+
+# Param digests by id(program), dropped when the program is: params are
+# read-only constants of the program, so each is hashed once, not once per run.
+_param_digests: dict[int, list[bytes | None]] = {}
+
+
+def _params_of(program: Program) -> list[bytes | None]:
+    key = id(program)
+    cached = _param_digests.get(key)
+    if cached is None:
+        cached = _param_digests[key] = [None] * len(program.model.params)
+        weakref.finalize(program, _param_digests.pop, key, None)
+    return cached
+
+
 class Tracer:
     """An execution observer that hashes each tensor once, as it is produced."""
 
     def __init__(self, program: Program) -> None:
         self.program = program
-        self.digests: list[bytes | None] = [None] * len(program.types)
+        self._digests: list[bytes | None] = [None] * len(program.types)
+        self._pending: deque[tuple[int, int, Future[bytes]]] = deque()  # (tensor, its bytes, its hash), in order
+        self._backlog = 0
+        self._first_param = len(program.model.inputs)
+        self._params = _params_of(program)
+        self._fresh_params: list[int] = []
 
     def __call__(self, tensor: int, value: np.ndarray) -> None:
-        self.digests[tensor] = tensor_hash(value, self.program.types[tensor].dtype)
+        k = tensor - self._first_param
+        constant = (0 <= k < len(self._params) and value is self.program.model.params[k].value
+                    and not value.flags.writeable)
+        if constant and self._params[k] is not None:
+            self._digests[tensor] = self._params[k]
+            return
+        dtype = self.program.types[tensor].dtype
+        # One thread works in order, so the finished ones are at the front.
+        while self._pending and self._pending[0][2].done():
+            self._collect()
+        if value.nbytes < BACKGROUND_MIN_BYTES or (self._backlog and self._backlog + value.nbytes > MAX_BACKLOG_BYTES):
+            self._digests[tensor] = tensor_hash(value, dtype)
+        else:
+            self._pending.append((tensor, value.nbytes, _background().submit(tensor_hash, value, dtype)))
+            self._backlog += value.nbytes
+        if constant:
+            self._fresh_params.append(k)
+
+    @property
+    def digests(self) -> list[bytes | None]:
+        """Every tensor's hash so far, by tensor id (waits for the background thread)."""
+        while self._pending:
+            self._collect()
+        for k in self._fresh_params:
+            self._params[k] = self._digests[self._first_param + k]
+        self._fresh_params.clear()
+        return self._digests
+
+    def _collect(self) -> None:
+        tensor, size, future = self._pending.popleft()
+        self._digests[tensor] = future.result()
+        self._backlog -= size
 
     def trace(self) -> Trace:
         entries = tuple(TraceEntry(kind, index, out, t, d)

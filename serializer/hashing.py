@@ -44,6 +44,10 @@ def canonical_array(value: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(value, dtype=DTYPES[dtype].newbyteorder("<"), order="C")
 
 
+# The VM dtype of each little-endian numpy dtype, for tensor_hash.
+_VM_DTYPES: dict[np.dtype, str] = {dt.newbyteorder("<"): name for name, dt in DTYPES.items()}
+
+
 def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
     """SHA-256(TENSOR_TAG || u8 dtype || u8 ndim || u64le dims || little-endian data).
 
@@ -51,8 +55,9 @@ def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
     memory layout aside: a big-endian or strided array hashes like its
     canonical form); by default it is read from the array.  An array of
     another dtype is refused rather than cast, since a cast could wrap values.
+    A C-contiguous little-endian array is hashed straight from its buffer.
     """
-    own = next((n for n, dt in DTYPES.items() if dt == value.dtype.newbyteorder("<")), None)
+    own = _VM_DTYPES.get(value.dtype.newbyteorder("<"))
     if own is None:
         raise ValueError(f"no VM dtype for numpy dtype {value.dtype}")
     if dtype is not None and dtype != own:

@@ -1,23 +1,26 @@
 """nn ops of the CVM instruction set: conv2d, dense, max_pool2d, upsampling.
 
-conv2d and dense are exact integer GEMMs.  Their inputs are at most 8 bits
-(the precision rule requires it), so every product and every sum of a
-verified program fits int64 many times over; ``exact_gemm`` is the one place
-that multiplies, so a faster exact path can replace it without touching the
-ops.
+conv2d and dense are exact integer GEMMs run in floating point.  A float
+format holds every integer up to 2^24 (float32) or 2^53 (float64) exactly, so
+a GEMM whose every partial sum stays within that never rounds, whatever order
+BLAS adds in (blocking, threads, FMA): each partial sum is a sum of some of the
+K products, bounded by K * max|x| * max|w|.  That bound comes from the verified
+precisions alone, so the path (``GemmPlan``) is chosen at verification and
+never depends on the data.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from isa.attrs import ANY_BOOL, BOOL, INT, INT32_MAX, INT32_MIN, INTS, STR, attr, between, each, one_of
 from isa.errors import require
 from isa.spec import OpDef, fixed, same_precision, unit_cost
-from isa.types import MAX_DIM, Shape, TensorType, bitlen
+from isa.types import MAX_DIM, MAX_PRECISION, Shape, TensorType, bitlen, precision_bound
 
 # The formalization's attribute range [min_attr, max_attr): strides, dilation,
 # padding and scale lie below max_attr.
@@ -27,10 +30,89 @@ NON_NEGATIVE_ATTR = between(0, MAX_ATTR - 1)
 MAX_INPUT_PRECISION = 8  # conv2d and dense multiply int8 by int8
 
 
-def exact_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b (numpy matmul broadcasting) in int64: exact, no float anywhere."""
-    # Casting up front: matmul's own dtype= casting is several times slower.
-    return np.matmul(a.astype(np.int64, copy=False), b.astype(np.int64, copy=False))
+# -- exact GEMM ----------------------------------------------------------------
+
+F32_EXACT = 1 << 24  # every integer of magnitude <= 2^24 is a float32, and 2^24 + 1 is not
+F64_EXACT = 1 << 53
+# Each float32 chunk costs its own passes over the output (cast, add); when a
+# chunk can hold fewer terms than this, they cost more than float32 saves over
+# float64.
+MIN_F32_CHUNK = 256
+OPERAND_DTYPES = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "i64": np.dtype(np.int64)}
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """How one exact GEMM of K terms per output runs.
+
+    ``f32``: float32 GEMMs over consecutive chunks of K, each chunk's partial
+    sums within 2^24, the chunk results added in integers; ``f64``: one
+    float64 GEMM, partial sums within 2^53; ``i64``: int64, the fallback.
+    """
+
+    path: str        # "f32", "f64" or "i64"
+    k: int           # terms per output
+    chunk: int       # terms per GEMM: k except for a chunked f32
+    bound: int       # K * max|x| * max|w|: bounds every partial sum
+    out_bound: int   # bound + max|bias|: bounds every result
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.k // self.chunk)
+
+    @property
+    def operand_dtype(self) -> np.dtype:
+        return OPERAND_DTYPES[self.path]
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        return np.dtype(np.int32) if self.out_bound <= INT32_MAX else np.dtype(np.int64)
+
+    def __str__(self) -> str:
+        bound = f"2^{math.log2(self.bound):.1f}" if self.bound else "0"
+        chunks = f" chunks={self.chunks}" if self.path == "f32" else ""
+        return f"gemm {self.path} K={self.k}{chunks} bound={bound}"
+
+
+def gemm_plan(k: int, x_precision: int, w_precision: int, bias_precision: int | None = None,
+              path: str | None = None) -> GemmPlan:
+    """The fastest exact path for K terms of |x| <= 2^(px-1) - 1 times |w| <= 2^(pw-1) - 1.
+
+    ``path`` forces a path (tests compare them on one instruction); it still
+    gets the chunking that keeps it exact, and a path that cannot be exact is
+    refused.
+    """
+    product = precision_bound(x_precision) * precision_bound(w_precision)
+    bound = k * product
+    out_bound = bound + (0 if bias_precision is None else precision_bound(bias_precision))
+    if product <= F32_EXACT:
+        widest = F32_EXACT // product if product else k
+        count = -(-k // widest)
+        chunk = -(-k // count)                  # balanced chunks, each <= widest
+        if path == "f32" or (path is None and (count == 1 or widest >= MIN_F32_CHUNK)):
+            return GemmPlan("f32", k, chunk, bound, out_bound)
+    if path == "f64" or (path is None and bound <= F64_EXACT):
+        require(bound <= F64_EXACT, f"a float64 GEMM of bound {bound} > 2^53 would round")
+        return GemmPlan("f64", k, k, bound, out_bound)
+    require(path in (None, "i64"), f"a {path} GEMM of {k} terms with products up to {product} would round")
+    require(out_bound < 1 << 63, f"an int64 GEMM of bound {out_bound} would overflow")
+    return GemmPlan("i64", k, k, bound, out_bound)
+
+
+def exact_gemm(plan: GemmPlan, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b (matmul broadcasting, K = a's last axis) as plan.out_dtype integers, exactly.
+
+    ``a`` and ``b`` are already in the plan's operand dtype.
+    """
+    acc = None
+    for k0 in range(0, plan.k, plan.chunk):
+        # Each chunk's sums are integers the float holds exactly, so the cast is exact too.
+        part = np.matmul(a[..., k0:k0 + plan.chunk], b[..., k0:k0 + plan.chunk, :]).astype(plan.out_dtype, copy=False)
+        if acc is None:
+            acc = part
+        else:
+            acc += part
+    return acc
 
 
 def _require_int8_operands(what: str, x: TensorType, w: TensorType) -> None:
@@ -100,39 +182,58 @@ def conv2d_cost(a: Conv2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[T
     return (w.size // w.shape[0]) * 3 + (1 if a.use_bias else 0)
 
 
-def conv2d_patches(a: Conv2DAttrs, x: np.ndarray) -> np.ndarray:
-    """im2col: (N, groups, OH*OW, C/groups*KH*KW), zero padding, int64.
+def conv2d_plan(a: Conv2DAttrs, x: TensorType, w: TensorType, b: TensorType | None = None) -> GemmPlan:
+    return gemm_plan(w.size // w.shape[0], x.precision, w.precision, None if b is None else b.precision)
 
-    Row (n, g, p*OW + q) holds the receptive field of output (p, q) over the
-    input channels of group g, in the weight's (C/groups, KH, KW) order.
+
+def conv2d_patches(a: Conv2DAttrs, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """im2col: (N, groups, C/groups*KH*KW, OH*OW) in ``dtype``, zero padding.
+
+    Row (n, g, (i*KH + r)*KW + s) holds input channel g*C/groups + i at kernel
+    offset (r, s) for every output position p*OW + q: the weight's
+    (C/groups, KH, KW) order on one side and NCHW on the other, so
+    W @ patches is the output without a transpose.
     """
-    n, c, _, _ = x.shape
+    n, c, h, w = x.shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = a.kernel_size, a.strides, a.padding, a.dilation
-    padded = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    windows = sliding_window_view(padded, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
-    windows = windows[:, :, ::sh, ::sw, ::dh, ::dw]  # (N, C, OH, OW, KH, KW), still a view
-    oh, ow = windows.shape[2], windows.shape[3]
-    grouped = windows.reshape(n, a.groups, c // a.groups, oh, ow, kh, kw).transpose(0, 1, 3, 4, 2, 5, 6)
-    return np.ascontiguousarray(grouped, dtype=np.int64).reshape(n, a.groups, oh * ow, (c // a.groups) * kh * kw)
+    oh, ow = conv2d_extent(a, h, w)
+    if ph or pw:
+        padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=dtype)
+        padded[:, :, ph:ph + h, pw:pw + w] = x
+    else:
+        padded = x.astype(dtype)
+    sn, sc, sy, sx = padded.strides
+    ic = c // a.groups
+    windows = as_strided(padded, (n, a.groups, ic, kh, kw, oh, ow),
+                         (sn, sc * ic, sc, sy * dh, sx * dw, sy * sh, sx * sw), writeable=False)
+    return np.ascontiguousarray(windows).reshape(n, a.groups, ic * kh * kw, oh * ow)
 
 
-def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
+                  plan: GemmPlan | None = None) -> tuple[np.ndarray, ...]:
     """Y[n,o,p,q] = sum_{i,r,s} pad0(X)[n, g*IC + i, p*SH + r*DH - PH, q*SW + s*DW - PW] * W[o,i,r,s] (+ B[o]),
-    with IC = C/groups and g = o // (OC/groups), the group of output channel o."""
-    n = x.shape[0]
-    oc = w.shape[0]
-    patches = conv2d_patches(a, x)                                    # (N, G, OH*OW, IC*KH*KW)
-    weights = w.reshape(a.groups, oc // a.groups, -1).transpose(0, 2, 1)  # (G, IC*KH*KW, OC/G)
-    y = exact_gemm(patches, weights)                                  # (N, G, OH*OW, OC/G)
-    oh, ow = conv2d_extent(a, x.shape[2], x.shape[3])
-    y = y.transpose(0, 1, 3, 2).reshape(n, oc, oh, ow)
+    with IC = C/groups and g = o // (OC/groups), the group of output channel o.
+
+    ``plan`` None: the plan for the widest operands the ISA admits (8 bits, a
+    31-bit bias), for callers outside a verified program.
+    """
+    if plan is None:
+        plan = conv2d_plan(a, TensorType(x.shape, MAX_INPUT_PRECISION), TensorType(w.shape, MAX_INPUT_PRECISION),
+                           None if b is None else TensorType(b.shape, MAX_PRECISION - 1))
+    n, oc = x.shape[0], w.shape[0]
+    dtype = plan.operand_dtype
+    patches = conv2d_patches(a, x, dtype)                              # (N, G, K, OH*OW)
+    weights = w.reshape(a.groups, oc // a.groups, -1).astype(dtype)    # (G, OC/G, K)
+    # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
+    y = exact_gemm(plan, weights, patches).reshape(n, oc, *conv2d_extent(a, x.shape[2], x.shape[3]))
     if b is not None:
-        y += b.astype(np.int64)[None, :, None, None]
+        y += b[:, None, None]
     return (y,)
 
 
 CONV2D = OpDef("conv2d", Conv2DAttrs, _use_bias_inputs, ("output",),
-               shape=conv2d_shape, precision=conv2d_precision, cost=conv2d_cost, kernel=conv2d_kernel)
+               shape=conv2d_shape, precision=conv2d_precision, cost=conv2d_cost, kernel=conv2d_kernel,
+               plan=conv2d_plan)
 
 
 # -- dense ---------------------------------------------------------------------
@@ -161,16 +262,26 @@ def dense_cost(a: DenseAttrs, inputs: tuple[TensorType, ...], outputs: tuple[Ten
     return inputs[0].shape[1] * 3 + (1 if a.use_bias else 0)
 
 
-def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """Y = X W^T (+ B)."""
-    y = exact_gemm(x, w.T)
+def dense_plan(a: DenseAttrs, x: TensorType, w: TensorType, b: TensorType | None = None) -> GemmPlan:
+    return gemm_plan(x.shape[1], x.precision, w.precision, None if b is None else b.precision)
+
+
+def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
+                 plan: GemmPlan | None = None) -> tuple[np.ndarray, ...]:
+    """Y = X W^T (+ B).  ``plan`` None: as for conv2d_kernel."""
+    if plan is None:
+        plan = dense_plan(a, TensorType(x.shape, MAX_INPUT_PRECISION), TensorType(w.shape, MAX_INPUT_PRECISION),
+                          None if b is None else TensorType(b.shape, MAX_PRECISION - 1))
+    dtype = plan.operand_dtype
+    y = exact_gemm(plan, x.astype(dtype), w.astype(dtype).T)
     if b is not None:
-        y += b.astype(np.int64)
+        y += b
     return (y,)
 
 
 DENSE = OpDef("dense", DenseAttrs, _use_bias_inputs, ("output",),
-              shape=dense_shape, precision=dense_precision, cost=dense_cost, kernel=dense_kernel)
+              shape=dense_shape, precision=dense_precision, cost=dense_cost, kernel=dense_kernel,
+              plan=dense_plan)
 
 
 # -- max_pool2d ----------------------------------------------------------------
@@ -215,7 +326,10 @@ def max_pool2d_cost(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: 
 
 def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
     """Y[n,c,p,q] = max of pad(X) over rows [p*SH - PH, +KH) and columns [q*SW - PW, +KW);
-    padding cells are INT32_MIN, so they never win (every window holds a real cell)."""
+    padding cells are INT32_MIN, so they never win (every window holds a real cell).
+
+    Separably, one whole-tensor maximum per window row, then per window column.
+    """
     (kh, kw), (sh, sw) = a.pool_size, a.strides
     ph, pw = pool_padding(a)
     h, w = x.shape[2:]
@@ -224,9 +338,17 @@ def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray) -> tuple[np.ndarray, ...
     # ceil_mode's last window may reach past the symmetric padding.
     bottom = max(ph, (oh - 1) * sh + kh - h - ph)
     right = max(pw, (ow - 1) * sw + kw - w - pw)
-    padded = np.pad(x, ((0, 0), (0, 0), (ph, bottom), (pw, right)), constant_values=INT32_MIN)
-    windows = sliding_window_view(padded, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw][:, :, :oh, :ow]
-    return (windows.max(axis=(4, 5)),)
+    padded = x
+    if bottom or right:
+        padded = np.full((*x.shape[:2], ph + h + bottom, pw + w + right), INT32_MIN, dtype=np.int32)
+        padded[:, :, ph:ph + h, pw:pw + w] = x
+    rows = padded[:, :, 0:(oh - 1) * sh + 1:sh].copy()
+    for r in range(1, kh):
+        np.maximum(rows, padded[:, :, r:r + (oh - 1) * sh + 1:sh], out=rows)
+    y = rows[:, :, :, 0:(ow - 1) * sw + 1:sw].copy()
+    for s in range(1, kw):
+        np.maximum(y, rows[:, :, :, s:s + (ow - 1) * sw + 1:sw], out=y)
+    return (y,)
 
 
 MAX_POOL2D = OpDef("max_pool2d", MaxPool2DAttrs, fixed("data"), ("output",),

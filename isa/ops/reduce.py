@@ -63,8 +63,9 @@ def sum_cost(a: ReduceAttrs, inputs: tuple[TensorType, ...], outputs: tuple[Tens
 
 
 def sum_kernel(a: ReduceAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Y = the sum over R of X, in int64 (exact; integer addition does not depend on order)."""
-    total = np.sum(x, axis=reduced_axes(a, x.ndim), dtype=np.int64, keepdims=True)
+    """Y = the sum over R of X, in int32: p_in + bitlen(k) <= 32 bounds every partial sum below 2^31
+    (and integer addition does not depend on order)."""
+    total = np.sum(x, axis=reduced_axes(a, x.ndim), dtype=np.int32, keepdims=True)
     return (total.reshape(reduced_shape(a, x.shape)),)
 
 
