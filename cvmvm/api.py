@@ -12,14 +12,13 @@ import numpy as np
 from isa.attrs import parse_attrs
 from isa.errors import InputError, InvalidError
 from isa.table import OP_BY_NAME
-from isa.types import DTYPES, INT32, TensorType, bitlen, precision_bound
+from isa.types import DTYPES, INT32, TensorType, bitlen
 from serializer import cortex, native
 from serializer.hashing import outputs_hash, tensor_hash
-from serializer.model import Input, Instr, Model as ModelIR
 from cvmvm import files
 from cvmvm.execute import execute
 from cvmvm.trace import Trace, Tracer
-from cvmvm.verify import Limits, Program, verify
+from cvmvm.verify import Limits, Program, verify, verify_instruction
 
 
 @dataclass(frozen=True)
@@ -118,18 +117,11 @@ def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str,
         raise InputError("precision", f"{len(precisions)} precisions for {len(inputs)} inputs")
     record = parse_attrs(op.attrs, dict(attrs or {}), fill_defaults=True)
     types = [_run_op_type(k, v, None if precisions is None else precisions[k]) for k, v in enumerate(inputs)]
-    feeds = {}
-    for k, (t, v) in enumerate(zip(types, inputs)):
-        if t.dtype == INT32 and v.size and t.precision is not None and 1 <= t.precision <= 32:
-            bound = precision_bound(t.precision)
-            if int(v.min()) < -bound or int(v.max()) > bound:
-                raise InputError("value", f"input {k}: values outside precision {t.precision} (+-{bound})")
-        feeds[f"in{k}"] = np.asarray(v, dtype=np.int32) if t.dtype == INT32 else v
-    n_in = len(types)
-    outputs = tuple(range(n_in, n_in + len(op.outputs)))
-    model = ModelIR(inputs=tuple(Input(f"in{k}", t) for k, t in enumerate(types)), params=(),
-                    instrs=(Instr(name, record, tuple(range(n_in)), outputs),), outputs=outputs)
-    return Model(verify(model)), feeds
+    program = verify_instruction(op, record, list(zip(types, inputs)))
+    # _run_op_type types an int64 array int32 when its values fit; the program reads int32.
+    feeds = {f"in{k}": np.asarray(v, dtype=np.int32) if t.dtype == INT32 else v
+             for k, (t, v) in enumerate(zip(types, inputs))}
+    return Model(program), feeds
 
 
 def run_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,

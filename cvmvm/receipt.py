@@ -17,9 +17,10 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from isa.errors import LimitError, MalformedError
+from isa.errors import MalformedError
+from serializer import strict
 from serializer.hashing import HASH_SIZE
-from serializer.strict import Reader, pack, require_canonical, unpack
+from serializer.strict import Reader, pack
 from cvmvm.api import Model, Result
 from cvmvm.verify import MAX_OPS
 
@@ -102,11 +103,7 @@ def from_wire(top: Any, rd: Reader = _READER) -> Receipt:
 
 def decode(data: bytes) -> Receipt:
     """Bytes -> Receipt; anything but the canonical encoding of a well-formed receipt is refused."""
-    if len(data) > MAX_RECEIPT_BYTES:
-        raise LimitError("bytes", f"receipt of {len(data)} bytes exceeds {MAX_RECEIPT_BYTES}")
-    receipt = from_wire(unpack(data, _READER))
-    require_canonical(data, to_wire(receipt), "receipt")
-    return receipt
+    return strict.decode(data, _READER, MAX_RECEIPT_BYTES, "receipt", from_wire, to_wire)
 
 
 def make_receipt(model: Model, result: Result) -> Receipt:

@@ -25,13 +25,14 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from isa.errors import CvmError, InputError, LimitError, MalformedError
+from isa.errors import CvmError, InputError, MalformedError
 from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_SIZE, TensorType
+from serializer import strict
 from serializer.hashing import HASH_SIZE, canonical_array, leaf_hash, merkle_root, outputs_hash, tensor_hash, tensor_header
 from serializer.model import Input, Model as ModelIR
-from serializer.strict import Reader, pack, require_canonical, tensor_to_wire, unpack, vm_dtype
+from serializer.strict import Reader, pack, tensor_to_wire, vm_dtype
 from cvmvm import receipt as receipts
 from cvmvm.api import Model, load
 from cvmvm.execute import execute, prepare_input
@@ -93,8 +94,12 @@ def _tx_wire(tx: Transaction) -> dict[str, Any]:
             "receipt": receipts.to_wire(tx.receipt)}
 
 
+def _txs_wire(txs: Iterable[Transaction]) -> dict[str, Any]:
+    return {"format": TXS_FORMAT, "version": TXS_VERSION, "txs": [_tx_wire(tx) for tx in txs]}
+
+
 def encode_txs(txs: Iterable[Transaction]) -> bytes:
-    return pack({"format": TXS_FORMAT, "version": TXS_VERSION, "txs": [_tx_wire(tx) for tx in txs]})
+    return pack(_txs_wire(txs))
 
 
 def _tx_from_wire(e: Any, where: str) -> Transaction:
@@ -109,22 +114,21 @@ def _tx_from_wire(e: Any, where: str) -> Transaction:
         if name in names:
             raise rd.fail(f"{w}: input {name!r} given twice")
         names.add(name)
-        dtype = rd.dtype(i["dtype"], f"{w}.dtype")
-        inputs.append((name, rd.array(dtype, rd.shape(i["shape"], f"{w}.shape"), i["data"], f"{w}.data")))
+        inputs.append((name, rd.tensor(i, w)))
     return Transaction(rd.bin(e["model"], f"{where}.model", HASH_SIZE), tuple(inputs),
                        receipts.from_wire(e["receipt"], rd))
 
 
-def decode_txs(data: bytes) -> list[Transaction]:
-    """A transaction file -> its transactions; strict and canonical, like a native model."""
-    if len(data) > MAX_TXS_BYTES:
-        raise LimitError("bytes", f"transaction file of {len(data)} bytes exceeds {MAX_TXS_BYTES}")
-    top = _READER.map(unpack(data, _READER), TOP_KEYS, "txs file")
+def _txs_from_wire(top: Any) -> list[Transaction]:
+    top = _READER.map(top, TOP_KEYS, "txs file")
     _READER.const(top["format"], TXS_FORMAT, "format")
     _READER.const(top["version"], TXS_VERSION, "version")
-    txs = [_tx_from_wire(e, f"txs[{k}]") for k, e in enumerate(_READER.list(top["txs"], "txs"))]
-    require_canonical(data, top | {"txs": [_tx_wire(tx) for tx in txs]}, "transaction file")
-    return txs
+    return [_tx_from_wire(e, f"txs[{k}]") for k, e in enumerate(_READER.list(top["txs"], "txs"))]
+
+
+def decode_txs(data: bytes) -> list[Transaction]:
+    """A transaction file -> its transactions; strict and canonical, like a native model."""
+    return strict.decode(data, _READER, MAX_TXS_BYTES, "transaction file", _txs_from_wire, _txs_wire)
 
 
 # -- outcomes -------------------------------------------------------------------------

@@ -19,16 +19,16 @@ from typing import Any, Mapping
 import numpy as np
 
 from isa.attrs import attrs_to_dict
-from isa.errors import CvmError, InputError, LimitError
-from isa.table import OPCODE, OPS
-from isa.types import INT32, TensorType, precision_bound
+from isa.errors import CvmError, InputError
+from isa.table import OP_BY_NAME, OPCODE, OPS
+from isa.types import TensorType
+from serializer import strict
 from serializer.hashing import HASH_SIZE, INPUT, INSTR, leaf_hash, merkle_proof, tensor_hash, verify_merkle_proof
-from serializer.model import Input, Instr, Model as ModelIR
-from serializer.strict import Reader, attrs_to_wire, pack, require_canonical, tensor_data, unpack
+from serializer.strict import Reader, attrs_to_wire, pack, tensor_data
 from cvmvm.api import Model
 from cvmvm.execute import execute
 from cvmvm.trace import Tracer, entry_positions
-from cvmvm.verify import verify
+from cvmvm.verify import verify_instruction
 
 PROOF_FORMAT = "cvmvm-step-proof"
 PROOF_VERSION = 1
@@ -166,11 +166,7 @@ def from_wire(top: Any) -> StepProof:
 
 
 def decode(data: bytes) -> StepProof:
-    if len(data) > MAX_PROOF_BYTES:
-        raise LimitError("bytes", f"step proof of {len(data)} bytes exceeds {MAX_PROOF_BYTES}")
-    proof = from_wire(unpack(data, _READER))
-    require_canonical(data, to_wire(proof), "step proof")
-    return proof
+    return strict.decode(data, _READER, MAX_PROOF_BYTES, "step proof", from_wire, to_wire)
 
 
 # -- checking ----------------------------------------------------------------------------------
@@ -214,18 +210,9 @@ def _text(t: TensorType) -> str:
 
 
 def _reexecute(p: StepProof) -> list[Check]:
-    """Verify the instruction alone, over the proof's input types, and run it."""
-    for k, o in enumerate(p.inputs):
-        if o.type.dtype == INT32 and o.value.size:
-            bound = precision_bound(o.type.precision)
-            if int(o.value.min()) < -bound or int(o.value.max()) > bound:
-                return [Check("instruction", False, f"input {k}: values outside precision {o.type.precision}")]
-    n = len(p.inputs)
-    outs = tuple(range(n, n + len(p.outputs)))
-    single = ModelIR(tuple(Input(f"in{k}", o.type) for k, o in enumerate(p.inputs)), (),
-                     (Instr(p.op, p.attrs, tuple(range(n)), outs),), outs)
+    """Verify the instruction alone, over the proof's input types and values, and run it."""
     try:
-        program = verify(single)
+        program = verify_instruction(OP_BY_NAME[p.op], p.attrs, [(o.type, o.value) for o in p.inputs])
         values, _ = execute(program, {f"in{k}": o.value for k, o in enumerate(p.inputs)})
     except CvmError as e:
         return [Check("instruction", False, f"{e.code}: {e.message}")]

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from isa.errors import InternalError, InvalidError, LimitError, Rejected
+from isa.errors import InputError, InternalError, InvalidError, LimitError, Rejected
 from isa.spec import OpDef, int32_only
 from isa.table import OP_BY_NAME
 from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound
-from serializer.model import Model
+from serializer.model import Input, Instr, Model
 
 MAX_BASE_COST = 1 << 30
 MAX_OPS = 1 << 40
@@ -163,6 +163,26 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
     if limits.ops is not None and ops > limits.ops:
         raise LimitError("ops", f"model costs {ops} ops, over the limit of {limits.ops}")
     return Program(model, tuple(types), tuple(steps), ops, _liveness(model, steps))
+
+
+def verify_instruction(op: OpDef, attrs: Any, inputs: Sequence[tuple[TensorType, np.ndarray]]) -> Program:
+    """``op`` alone, as a program over inputs in0, in1, ... of the given types and values: what
+    run_op runs and what a step proof re-executes.
+
+    Execution clips an int32 input to its precision, as a model's ``data``; one
+    instruction is checked on exactly the values it is given, so values outside
+    it are refused (input.value) before the program is verified.
+    """
+    for k, (t, value) in enumerate(inputs):
+        # A precision outside [1, 32] is verification's to refuse (invalid.precision).
+        if t.dtype == INT32 and t.precision is not None and MIN_PRECISION <= t.precision <= MAX_PRECISION and value.size:
+            bound = precision_bound(t.precision)
+            if int(value.min()) < -bound or int(value.max()) > bound:
+                raise InputError("value", f"input {k}: values outside precision {t.precision} (+-{bound})")
+    n = len(inputs)
+    outputs = tuple(range(n, n + len(op.outputs)))
+    return verify(Model(tuple(Input(f"in{k}", t) for k, (t, _) in enumerate(inputs)), (),
+                        (Instr(op.name, attrs, tuple(range(n)), outputs),), outputs))
 
 
 def _liveness(model: Model, steps: list[Step]) -> tuple[tuple[int, ...], ...]:

@@ -1,36 +1,51 @@
-"""Strict decoding shared by cvmvm's canonical msgpack records.
+"""Strict decoding of cvmvm's canonical msgpack records (docs/FORMAT.md section 1.1).
 
-Receipts, transaction files and step proofs follow the native model format's
-rules (docs/FORMAT.md section 1.1): one msgpack value, bounded before it is
-unpacked (``native.scan``), maps with exactly the listed keys in order, exact
-types, and decode -> re-encode reproducing the bytes.  Each record has its own
-error reason, so a receipt that does not decode is ``malformed.receipt``, a
-transaction file ``malformed.txs``, never ``malformed.native``.
+The native model format, receipts, transaction files and step proofs share one
+discipline: one msgpack value, bounded before it is unpacked (``scan``), maps
+with exactly the listed keys in order, exact types, and decode -> re-encode
+reproducing the bytes (``decode``).  Each record has its own error reason, so
+a receipt that does not decode is ``malformed.receipt``, a transaction file
+``malformed.txs``, a model ``malformed.native``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import struct
+from typing import Any, Callable, TypeVar
 
 import msgpack
 import numpy as np
 
 from isa.attrs import BOOL, INT, INTS, OPT_INT, attr_fields, parse_attrs
-from isa.errors import CvmError, LimitError, MalformedError
-from isa.types import DTYPES, INT32, MAX_DIM, MAX_PRECISION, MAX_RANK, MAX_SIZE, MIN_PRECISION, TensorType, shape_size
-from serializer import native
+from isa.errors import CvmError, InvalidError, LimitError, MalformedError
+from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, shape_size
 
-TENSOR_KEYS = ("dtype", "shape", "data")
+MAX_ITEMS = 1 << 20       # items in any msgpack array
+MAX_KEYS = 64             # entries in any msgpack map
+MAX_NAME = 1 << 10        # bytes in any msgpack str
+
+Record = TypeVar("Record")
 
 
 class Reader:
-    """Typed checks on an unpacked value; every failure is ``malformed.<reason>``."""
+    """Typed checks on an unpacked value; every structural fault is ``malformed.<reason>``.
 
-    def __init__(self, reason: str) -> None:
+    A well-typed value outside its domain (an unknown dtype, a dim or a
+    precision out of range) is a structural fault of a record, but the model
+    format gives it the code verification gives the same fault
+    (``invalid.dtype``, ``limit.dim``, ``invalid.precision``; FORMAT.md 1.4):
+    ``verifier_codes`` selects that.
+    """
+
+    def __init__(self, reason: str, verifier_codes: bool = False) -> None:
         self.reason = reason
+        self.verifier_codes = verifier_codes
 
     def fail(self, message: str) -> MalformedError:
         return MalformedError(self.reason, message)
+
+    def out_of_domain(self, error: CvmError) -> CvmError:
+        return error if self.verifier_codes else self.fail(error.message)
 
     def map(self, value: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
         if type(value) is not dict:
@@ -39,9 +54,12 @@ class Reader:
             raise self.fail(f"{where}: keys {list(value)} must be exactly {list(keys)} in that order")
         return value
 
-    def int(self, value: Any, where: str, lo: int, hi: int) -> int:
-        if type(value) is not int or not lo <= value <= hi:
-            raise self.fail(f"{where}: expected an integer in [{lo}, {hi}], got {value!r}")
+    def int(self, value: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
+        """An integer (a bool is not one), in [lo, hi] when given."""
+        if type(value) is not int:
+            raise self.fail(f"{where}: expected an integer, got {value!r}")
+        if lo is not None and hi is not None and not lo <= value <= hi:
+            raise self.fail(f"{where}: {value} is not in [{lo}, {hi}]")
         return value
 
     def str(self, value: Any, where: str) -> str:
@@ -69,36 +87,50 @@ class Reader:
             raise self.fail(f"{where} is {value!r}, expected {expected!r}")
 
     def shape(self, value: Any, where: str) -> tuple[int, ...]:
-        dims = self.list(value, where)
-        if not 1 <= len(dims) <= MAX_RANK:
-            raise LimitError("rank", f"{where}: rank {len(dims)} must be in [1, {MAX_RANK}]")
-        shape = tuple(self.int(d, where, 1, MAX_DIM) for d in dims)
-        if shape_size(shape) > MAX_SIZE:
-            raise LimitError("size", f"{where}: {shape_size(shape)} elements exceed 2^30")
+        shape = tuple(self.int(d, where) for d in self.list(value, where))
+        try:
+            check_shape(shape, where)
+        except LimitError as e:
+            # Rank and size are limits in every format; a dim is a value out of its domain.
+            if e.reason != "dim":
+                raise
+            raise self.out_of_domain(e) from None
         return shape
 
     def dtype(self, value: Any, where: str) -> str:
-        if type(value) is not str or value not in DTYPES:
-            raise self.fail(f"{where}: dtype {value!r} is not one of {list(DTYPES)}")
+        if self.str(value, where) not in DTYPES:
+            raise self.out_of_domain(InvalidError("dtype", f"{where}: dtype {value!r} is not one of {list(DTYPES)}"))
         return value
 
     def tensor_type(self, e: dict[str, Any], where: str) -> TensorType:
-        """dtype, shape and precision keys of ``e``: a precision in [1, 32] for int32, nil otherwise."""
+        """The dtype, shape and precision keys of ``e``: a precision in [1, 32] or nil for int32
+        (nil: a raw int32 tensor, INT32_MIN included, which only max_pool accepts), nil otherwise."""
         dtype = self.dtype(e["dtype"], f"{where}.dtype")
         shape = self.shape(e["shape"], f"{where}.shape")
-        if dtype == INT32:
-            return TensorType(shape, self.int(e["precision"], f"{where}.precision", MIN_PRECISION, MAX_PRECISION), dtype)
-        if e["precision"] is not None:
-            raise self.fail(f"{where}: dtype {dtype} carries no precision (nil), got {e['precision']!r}")
-        return TensorType(shape, None, dtype)
+        precision = e["precision"]
+        if precision is not None:
+            self.int(precision, f"{where}.precision")
+            if dtype != INT32:
+                raise self.out_of_domain(InvalidError(
+                    "precision", f"{where}: dtype {dtype} carries no precision (nil), got {precision}"))
+            if not MIN_PRECISION <= precision <= MAX_PRECISION:
+                raise self.out_of_domain(InvalidError(
+                    "precision", f"{where}: precision {precision} of an int32 tensor must be in [1, 32]"))
+        return TensorType(shape, precision, dtype)
 
-    def array(self, dtype: str, shape: tuple[int, ...], data: Any, where: str) -> np.ndarray:
-        """Row-major little-endian bytes -> a read-only array, length checked first."""
-        wire = DTYPES[dtype].newbyteorder("<")
+    def array(self, dtype: str, shape: tuple[int, ...], data: Any, where: str, storage: str | None = None) -> np.ndarray:
+        """Row-major little-endian bytes of ``storage`` (default: ``dtype``) -> a read-only array
+        of ``dtype``; the length is checked before any array is built."""
+        wire = DTYPES[storage or dtype].newbyteorder("<")
         data = self.bin(data, where, shape_size(shape) * wire.itemsize)
         value = np.frombuffer(data, dtype=wire).reshape(shape).astype(DTYPES[dtype], copy=False)
         value.setflags(write=False)
         return value
+
+    def tensor(self, e: dict[str, Any], where: str) -> np.ndarray:
+        """The dtype, shape and data keys of ``e`` (tensor_to_wire) -> array."""
+        dtype = self.dtype(e["dtype"], f"{where}.dtype")
+        return self.array(dtype, self.shape(e["shape"], f"{where}.shape"), e["data"], f"{where}.data")
 
     def attrs(self, record: type, raw: Any, where: str) -> Any:
         """Every attribute of ``record``, in declared order, each of its kind; parse_attrs
@@ -109,12 +141,6 @@ class Reader:
             if not _of_kind(s.kind, raw[s.name]):
                 raise self.fail(f"{where}: attribute {s.name}={raw[s.name]!r} is not of kind {s.kind}")
         return parse_attrs(record, raw, fill_defaults=False)
-
-    def tensor(self, value: Any, where: str) -> np.ndarray:
-        """A ``{"dtype", "shape", "data"}`` map (tensor_to_wire) -> array."""
-        e = self.map(value, TENSOR_KEYS, where)
-        dtype = self.dtype(e["dtype"], f"{where}.dtype")
-        return self.array(dtype, self.shape(e["shape"], f"{where}.shape"), e["data"], f"{where}.data")
 
 
 def _of_kind(kind: str, v: Any) -> bool:
@@ -128,6 +154,8 @@ def _of_kind(kind: str, v: Any) -> bool:
         return v is None or type(v) is int
     return type(v) is str
 
+
+# -- encoding ----------------------------------------------------------------------
 
 def attrs_to_wire(record: Any) -> dict[str, Any]:
     """Every attribute in declared order; ints tuples as arrays (the native wire form)."""
@@ -152,37 +180,121 @@ def tensor_to_wire(value: np.ndarray, dtype: str) -> dict[str, Any]:
     return {"dtype": dtype, "shape": [int(d) for d in value.shape], "data": tensor_data(value, dtype)}
 
 
-def unpack(data: bytes, reader: Reader) -> Any:
-    """One bounded msgpack value with no duplicate keys, floats or extension types."""
-    data = bytes(data)
-    try:
-        native.scan(data)
-    except MalformedError as e:
-        raise reader.fail(e.message) from None
+def pack(wire: Any) -> bytes:
+    # msgpack-python writes every integer, str, bin, array and map header in its
+    # shortest form and dicts in insertion order: exactly FORMAT.md section 1.1.
+    return msgpack.packb(wire, use_bin_type=True)
+
+
+# -- decoding: the token scan ----------------------------------------------------------
+
+# Header byte -> (bytes of the big-endian length or count after it, what it heads).
+_SIZED: dict[int, tuple[int, str]] = {
+    0xc4: (1, "bin"), 0xc5: (2, "bin"), 0xc6: (4, "bin"),
+    0xd9: (1, "str"), 0xda: (2, "str"), 0xdb: (4, "str"),
+    0xdc: (2, "array"), 0xdd: (4, "array"), 0xde: (2, "map"), 0xdf: (4, "map"),
+}
+# Header byte -> payload bytes of a sized integer.
+_FIXED: dict[int, int] = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8}
+_LENGTH = {1: struct.Struct(">B"), 2: struct.Struct(">H"), 4: struct.Struct(">I")}
+
+
+def scan(data: bytes, reader: Reader) -> None:
+    """Check the token stream before unpacking: one complete value, no floats or
+    extension types, every count and length within its bound and within the
+    bytes that remain.  A container's items take at least one byte each, so
+    the lists msgpack preallocates never hold more slots than the data has
+    bytes, whatever the headers claim.
+    """
+    end = len(data)
+    pos = 0
+    pending = 1  # values still to read
+    while pending:
+        if pos >= end:
+            raise reader.fail(f"truncated: {pending} more values expected at byte {pos}")
+        b = data[pos]
+        pos += 1
+        pending -= 1
+        if b <= 0x7f or b >= 0xe0 or b in (0xc0, 0xc2, 0xc3):
+            continue
+        if b in _FIXED:
+            pos += _FIXED[b]
+            continue
+        if 0x80 <= b <= 0x8f:
+            kind, n = "map", b & 0x0f
+        elif 0x90 <= b <= 0x9f:
+            kind, n = "array", b & 0x0f
+        elif 0xa0 <= b <= 0xbf:
+            kind, n = "str", b & 0x1f
+        elif b in _SIZED:
+            width, kind = _SIZED[b]
+            if pos + width > end:
+                raise reader.fail(f"truncated header at byte {pos - 1}")
+            (n,) = _LENGTH[width].unpack_from(data, pos)
+            pos += width
+        elif b in (0xca, 0xcb):
+            raise reader.fail(f"float at byte {pos - 1}: the format has no floats")
+        elif b == 0xc1:
+            raise reader.fail(f"reserved byte 0xc1 at byte {pos - 1}")
+        else:
+            raise reader.fail(f"extension type at byte {pos - 1}: the format has none")
+        if kind == "array":
+            if n > MAX_ITEMS:
+                raise reader.fail(f"array of {n} items exceeds {MAX_ITEMS}")
+            pending += n
+        elif kind == "map":
+            if n > MAX_KEYS:
+                raise reader.fail(f"map of {n} keys exceeds {MAX_KEYS}")
+            pending += 2 * n
+        else:
+            if kind == "str" and n > MAX_NAME:
+                raise reader.fail(f"string of {n} bytes exceeds {MAX_NAME}")
+            pos += n
+        if pos + pending > end:
+            raise reader.fail(f"truncated: {pending} more values expected after byte {pos} of {end}")
+    if pos > end:
+        raise reader.fail("truncated: the last value runs past the end")
+    if pos != end:
+        raise reader.fail(f"{end - pos} trailing bytes after the value")
+
+
+# -- decoding: the whole -----------------------------------------------------------------
+
+def _unpack(data: bytes, reader: Reader) -> Any:
+    """One scanned msgpack value, with no duplicate keys or extension types."""
+    scan(data, reader)
 
     def pairs(items: list[tuple[Any, Any]]) -> dict[Any, Any]:
+        # msgpack-python keeps the last of duplicate keys; the formats allow none.
         d = dict(items)
         if len(d) != len(items):
             raise reader.fail(f"duplicate key in map {[k for k, _ in items]}")
         return d
 
+    def reject_ext(code: int, payload: bytes) -> Any:
+        raise reader.fail(f"msgpack extension type {code} is not allowed")
+
     try:
+        # The limits repeat the scan's, so that msgpack itself never allocates past them.
         return msgpack.unpackb(
-            data, raw=False, use_list=True, strict_map_key=True, object_pairs_hook=pairs,
-            max_str_len=native.MAX_NAME, max_bin_len=len(data), max_array_len=native.MAX_ITEMS,
-            max_map_len=native.MAX_KEYS, max_ext_len=0)
+            data, raw=False, use_list=True, strict_map_key=True, object_pairs_hook=pairs, ext_hook=reject_ext,
+            max_str_len=MAX_NAME, max_bin_len=len(data), max_array_len=MAX_ITEMS, max_map_len=MAX_KEYS,
+            max_ext_len=0)
     except CvmError:
         raise
     except (ValueError, msgpack.UnpackException, TypeError) as e:
-        raise reader.fail(f"not valid msgpack: {e}") from None
+        # Invalid UTF-8, a non-str map key, nesting deeper than msgpack's stack.
+        raise reader.fail(f"not valid msgpack: {type(e).__name__} {e}") from None
 
 
-def pack(wire: Any) -> bytes:
-    # Shortest headers and integers, dicts in insertion order: FORMAT.md section 1.1.
-    return msgpack.packb(wire, use_bin_type=True)
-
-
-def require_canonical(data: bytes, wire: Any, what: str) -> None:
-    """The decoded value must re-encode to exactly the bytes it came from."""
-    if pack(wire) != bytes(data):
+def decode(data: bytes, reader: Reader, max_bytes: int, what: str,
+           from_wire: Callable[[Any], Record], to_wire: Callable[[Record], Any]) -> Record:
+    """Bytes -> the record ``from_wire`` builds; at most ``max_bytes``, and nothing but the
+    canonical encoding of a well-formed record is accepted."""
+    data = bytes(data)
+    if len(data) > max_bytes:
+        raise LimitError("bytes", f"{what} of {len(data)} bytes exceeds {max_bytes}")
+    record = from_wire(_unpack(data, reader))
+    if pack(to_wire(record)) != data:
         raise MalformedError("noncanonical", f"the bytes decode, but are not the canonical encoding of the {what}")
+    return record
