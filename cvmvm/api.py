@@ -68,7 +68,7 @@ class Model:
 
     def run(self, inputs: Mapping[str, np.ndarray], trace: bool = False) -> Result:
         """Run once; with ``trace`` every tensor is hashed into a Merkle-committed trace."""
-        tracer = Tracer(self.program) if trace else None
+        tracer = Tracer(self.program, self.model_hash) if trace else None
         outputs, peak = execute(self.program, inputs, tracer)
         if tracer is not None:
             digests = tuple(tracer.digests[t] for t in self.program.model.outputs)

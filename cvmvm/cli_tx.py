@@ -149,11 +149,15 @@ def cmd_prove_step(args: argparse.Namespace) -> Reply:
 def cmd_check_step(args: argparse.Namespace) -> Reply:
     proof = stepproof.decode(files.read_bytes(args.proof, "step proof", stepproof.MAX_PROOF_BYTES))
     root = _hash_arg(args.root, "--root")
-    if (args.model is None) == (args.store is None):
-        raise InputError("argument", "check-step needs the model: give exactly one of --model and --store")
+    if args.model is not None and args.store is not None:
+        raise InputError("argument", "give at most one of --model and --store")
     if args.params is not None and args.model is None:
         raise InputError("argument", "--params goes with --model")
-    model = cli.load_model(args.model, args.params) if args.model else Store(args.store).get(proof.model_hash)
+    model = None
+    if args.model is not None:
+        model = cli.load_model(args.model, args.params)
+    elif args.store is not None:
+        model = Store(args.store).get(proof.model_hash)
     checks = stepproof.check_step(proof, root, model)
     ok = all(c.ok for c in checks)
     info = {"valid": ok, "step": proof.step, "op": proof.op,
@@ -207,6 +211,7 @@ def add_commands(command: Command) -> None:
     p = command("check-step", cmd_check_step, "check a step proof: re-execute its one instruction, check every inclusion proof")
     p.add_argument("proof", help="step proof file (cvmvm prove-step)")
     p.add_argument("--root", required=True, help="the trace root (64 hex digits)")
-    p.add_argument("--model", help="the model the proof names (native, or Cortex graph JSON)")
+    p.add_argument("--model", help="optional: also confirm the proof names this model's instruction "
+                                   "(native, or Cortex graph JSON)")
     p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
-    p.add_argument("--store", help="a model store holding the model the proof names")
+    p.add_argument("--store", help="optional: a model store holding the model the proof names, to confirm it too")

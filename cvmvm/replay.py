@@ -30,7 +30,8 @@ from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_SIZE, TensorType
 from serializer import strict
-from serializer.hashing import HASH_SIZE, canonical_array, leaf_hash, merkle_root, outputs_hash, tensor_hash, tensor_header
+from serializer.hashing import (HASH_SIZE, canonical_array, merkle_root, outputs_hash, tensor_hash, tensor_header,
+                                trace_root)
 from serializer.model import Input, Model as ModelIR
 from serializer.strict import Reader, pack, tensor_to_wire, vm_dtype
 from cvmvm import receipt as receipts
@@ -38,7 +39,7 @@ from cvmvm.api import Model, load
 from cvmvm.execute import execute, prepare_input
 from cvmvm.receipt import Receipt
 from cvmvm.store import Store
-from cvmvm.trace import entry_positions
+from cvmvm.trace import trace_layout
 from cvmvm.verify import MAX_OPS, Program, Step, verify
 
 TXS_FORMAT = "cvmvm-txs"
@@ -416,26 +417,25 @@ def _run_stacked(model: Model, plan: tuple[bool, ...], big: Program, feeds: list
     count = len(feeds)
     names = [i.name for i in program.model.inputs]
     stacked_inputs = {n: np.concatenate([f[k] for f in feeds]) for k, n in enumerate(names)}
-    positions = entry_positions(program)
+    prefixes = trace_layout(program).prefixes
     # leaves[t] is one leaf shared by every transaction (a constant) or one per transaction.
     leaves: list[Any] = [None] * len(program.types)
     digests: list[Any] = [None] * len(program.types)
 
     def observe(t: int, value: np.ndarray) -> None:
-        kind, index, out = positions[t]
         if plan[t]:
             digests[t] = _row_hashes(value, program.types[t], count)
-            leaves[t] = [leaf_hash(kind, index, out, d) for d in digests[t]]
+            leaves[t] = [hashlib.sha256(prefixes[t] + d).digest() for d in digests[t]]
         else:
             digests[t] = tensor_hash(value, program.types[t].dtype)
-            leaves[t] = leaf_hash(kind, index, out, digests[t])
+            leaves[t] = hashlib.sha256(prefixes[t] + digests[t]).digest()
 
     execute(big, stacked_inputs, observe)
     n_in = len(names)
     model_hash = model.model_hash
     results = []
     for i in range(count):
-        root = merkle_root([lv[i] if plan[t] else lv for t, lv in enumerate(leaves)])
+        root = trace_root(model_hash, len(leaves), merkle_root([lv[i] if plan[t] else lv for t, lv in enumerate(leaves)]))
         out = outputs_hash([digests[t][i] if plan[t] else digests[t] for t in program.model.outputs])
         ins = tuple((names[k], digests[k][i]) for k in range(n_in))
         results.append(Receipt(model_hash, ins, out, root, program.ops))

@@ -4,11 +4,11 @@ A proof carries instruction K (op, attributes, tensor ids and types), the
 values of its inputs, the hashes of its outputs, and Merkle inclusion proofs
 of all of them against a trace root (docs/FORMAT.md section 8).  Checking it
 re-executes only that instruction, verified as a one-instruction program with
-the input types from the proof, and recomputes every inclusion proof.  It also
-confirms against the model that the instruction, its tensor ids and types and
-the trace's size are the model's: the trace root commits to tensors, not to
-the program, so without that a proof could name any op that happens to map
-the committed inputs to the committed outputs.
+the input types from the proof, and recomputes every inclusion proof.  Every
+trace leaf commits to its tensor id and to a digest of the node that produced
+it (op code, tensor ids, every attribute), so the root alone binds the proof's
+instruction: a checker needs the root, not the model.  Given the model too, it
+also confirms the proof names that model's instruction K.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from isa.attrs import attrs_to_dict
 from isa.errors import CvmError, InputError
 from isa.table import OP_BY_NAME, OPCODE, OPS
 from isa.types import TensorType
-from serializer import strict
-from serializer.hashing import HASH_SIZE, INPUT, INSTR, leaf_hash, merkle_proof, tensor_hash, verify_merkle_proof
+from serializer import native, strict
+from serializer.hashing import (HASH_SIZE, INPUT, INSTR, leaf_hash, merkle_proof, node_digest, root_from_proof,
+                                tensor_hash, trace_root)
 from serializer.strict import Reader, attrs_to_wire, pack, tensor_data
 from cvmvm.api import Model
 from cvmvm.execute import execute
-from cvmvm.trace import Tracer, entry_positions
+from cvmvm.trace import Tracer, trace_layout
 from cvmvm.verify import verify_instruction
 
 PROOF_FORMAT = "cvmvm-step-proof"
@@ -36,7 +37,7 @@ MAX_PROOF_BYTES = 1 << 32
 MAX_LEAVES = 1 << 32   # leaf indices and counts are u32 in the trace
 
 KEYS = ("format", "version", "model_hash", "leaves", "step", "op", "attrs", "inputs", "outputs")
-OPERAND_KEYS = ("tensor", "kind", "index", "output", "dtype", "shape", "precision", "data", "path")
+OPERAND_KEYS = ("tensor", "kind", "index", "output", "node", "dtype", "shape", "precision", "data", "path")
 RESULT_KEYS = ("tensor", "dtype", "shape", "precision", "hash", "path")
 
 _READER = Reader("step_proof")
@@ -50,6 +51,7 @@ class Operand:
     kind: int
     index: int
     output: int
+    node: bytes  # node digest of its producer, as its trace leaf holds it
     type: TensorType
     value: np.ndarray
     path: tuple[bytes, ...]
@@ -84,7 +86,7 @@ def prove_step(model: Model, inputs: Mapping[str, np.ndarray], step: int) -> tup
     if not 0 <= step < len(program.steps):
         raise InputError("step", f"step {step} is not an instruction of the model (it has {len(program.steps)})")
     s = program.steps[step]
-    tracer = Tracer(program)
+    tracer = Tracer(program, model.model_hash)
     kept: dict[int, np.ndarray] = {}
 
     def observe(t: int, value: np.ndarray) -> None:
@@ -95,9 +97,9 @@ def prove_step(model: Model, inputs: Mapping[str, np.ndarray], step: int) -> tup
     execute(program, inputs, observe)
     trace = tracer.trace()
     leaves = trace.leaves
-    positions = entry_positions(program)
-    operands = tuple(Operand(t, *positions[t], program.types[t], kept[t], tuple(merkle_proof(leaves, t)))
-                     for t in s.inputs)
+    layout = trace_layout(program)
+    operands = tuple(Operand(t, *layout.positions[t], layout.nodes[t], program.types[t], kept[t],
+                             tuple(merkle_proof(leaves, t))) for t in s.inputs)
     claims = tuple(Claim(t, program.types[t], trace.entries[t].digest, tuple(merkle_proof(leaves, t)))
                    for t in s.outputs)
     return StepProof(model.model_hash, len(leaves), step, s.op.name, s.attrs, operands, claims), trace.root
@@ -118,7 +120,8 @@ def to_wire(p: StepProof) -> dict[str, Any]:
         "step": p.step,
         "op": OPCODE[p.op],
         "attrs": attrs_to_wire(p.attrs),
-        "inputs": [{"tensor": o.tensor, "kind": o.kind, "index": o.index, "output": o.output, **_type_wire(o.type),
+        "inputs": [{"tensor": o.tensor, "kind": o.kind, "index": o.index, "output": o.output, "node": o.node,
+                    **_type_wire(o.type),
                     "data": tensor_data(o.value, o.type.dtype), "path": list(o.path)} for o in p.inputs],
         "outputs": [{"tensor": c.tensor, **_type_wire(c.type), "hash": c.digest, "path": list(c.path)}
                     for c in p.outputs],
@@ -153,7 +156,7 @@ def from_wire(top: Any) -> StepProof:
                                 rd.int(e["kind"], f"{w}.kind", INPUT, INSTR),
                                 rd.int(e["index"], f"{w}.index", 0, MAX_LEAVES - 1),
                                 rd.int(e["output"], f"{w}.output", 0, MAX_LEAVES - 1),
-                                t, rd.array(t.dtype, t.shape, e["data"], f"{w}.data"), _path(rd, e["path"], f"{w}.path")))
+                                rd.bin(e["node"], f"{w}.node", HASH_SIZE), t, rd.array(t.dtype, t.shape, e["data"], f"{w}.data"), _path(rd, e["path"], f"{w}.path")))
     claims = []
     for j, e in enumerate(rd.list(top["outputs"], "outputs")):
         w = f"outputs[{j}]"
@@ -193,16 +196,26 @@ def _structure(p: StepProof) -> list[Check]:
 
 
 def _inclusion(p: StepProof, root: bytes) -> list[Check]:
+    """Every leaf, with its path, reaches one Merkle tree, and that tree with the proof's model hash and
+    leaf count is the trace root."""
     checks = []
     for k, o in enumerate(p.inputs):
-        leaf = leaf_hash(o.kind, o.index, o.output, tensor_hash(o.value, o.type.dtype))
-        checks.append(Check(f"input {k} in trace", verify_merkle_proof(leaf, o.tensor, p.leaves, o.path, root),
+        leaf = leaf_hash(o.tensor, o.kind, o.index, o.output, o.type.precision, o.node,
+                         tensor_hash(o.value, o.type.dtype))
+        checks.append(Check(f"input {k} in trace", _reaches(root_from_proof(leaf, o.tensor, p.leaves, o.path), p, root),
                             f"tensor {o.tensor}, leaf {o.tensor} of {p.leaves}"))
+    # The outputs' leaves commit to this instruction itself: op, tensor ids, every attribute.
+    node = node_digest(native.instr_descriptor(p.op, tuple(o.tensor for o in p.inputs),
+                                               tuple(c.tensor for c in p.outputs), p.attrs))
     for j, c in enumerate(p.outputs):
-        leaf = leaf_hash(INSTR, p.step, j, c.digest)
-        checks.append(Check(f"output {j} in trace", verify_merkle_proof(leaf, c.tensor, p.leaves, c.path, root),
+        leaf = leaf_hash(c.tensor, INSTR, p.step, j, c.type.precision, node, c.digest)
+        checks.append(Check(f"output {j} in trace", _reaches(root_from_proof(leaf, c.tensor, p.leaves, c.path), p, root),
                             f"tensor {c.tensor}, leaf {c.tensor} of {p.leaves}"))
     return checks
+
+
+def _reaches(tree: bytes | None, p: StepProof, root: bytes) -> bool:
+    return tree is not None and trace_root(p.model_hash, p.leaves, tree) == root
 
 
 def _text(t: TensorType) -> str:
@@ -231,8 +244,9 @@ def _binding(p: StepProof, model: Model) -> list[Check]:
     if p.step >= len(program.steps):
         return [Check("model instruction", False, f"the model has {len(program.steps)} instructions")]
     s = program.steps[p.step]
-    positions = entry_positions(program)
-    same = (p.model_hash == model.model_hash and p.leaves == len(program.types) and p.op == s.op.name and attrs_to_dict(p.attrs) == attrs_to_dict(s.attrs)
+    positions = trace_layout(program).positions
+    same = (p.model_hash == model.model_hash and p.leaves == len(program.types) and p.op == s.op.name
+            and attrs_to_dict(p.attrs) == attrs_to_dict(s.attrs)
             and tuple(o.tensor for o in p.inputs) == s.inputs and tuple(c.tensor for c in p.outputs) == s.outputs
             and all(o.type == program.types[o.tensor] and (o.kind, o.index, o.output) == positions[o.tensor]
                     for o in p.inputs)
@@ -241,10 +255,12 @@ def _binding(p: StepProof, model: Model) -> list[Check]:
                                              f"{s.op.name} {list(s.inputs)} -> {list(s.outputs)}")]
 
 
-def check_step(p: StepProof, root: bytes, model: Model) -> list[Check]:
+def check_step(p: StepProof, root: bytes, model: Model | None = None) -> list[Check]:
     """Every check, in order; the proof holds when all are ok.
 
-    The model is needed only to bind the proof's instruction (and the trace's
-    size) to it; nothing but the one instruction is executed.
+    The root binds everything the re-execution relies on; a model, when given,
+    is also compared with the proof (its hash, its instruction K).  Nothing
+    but the one instruction is executed.
     """
-    return _structure(p) + _inclusion(p, root) + _reexecute(p) + _binding(p, model)
+    checks = _structure(p) + _inclusion(p, root) + _reexecute(p)
+    return checks + (_binding(p, model) if model is not None else [])

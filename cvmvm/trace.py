@@ -12,6 +12,7 @@ finish changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -25,26 +26,68 @@ import numpy as np
 
 from isa.attrs import attrs_to_dict
 from isa.errors import MalformedError
-from serializer.hashing import INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, merkle_root, tensor_hash
+from serializer import native
+from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, leaf_prefix, merkle_root, node_digest,
+                                tensor_hash, trace_root)
 from cvmvm.verify import Program
 
 TRACE_FORMAT = "cvmvm-trace/1"
 
 
-def entry_positions(program: Program) -> list[tuple[int, int, int]]:
-    """(kind, index, output) of every tensor id, in tensor-id order."""
+@dataclass(frozen=True)
+class TraceLayout:
+    """What every leaf of a program's trace commits to besides the tensor hash (FORMAT.md section 3)."""
+
+    positions: tuple[tuple[int, int, int], ...]  # (kind, index, output) by tensor id
+    nodes: tuple[bytes, ...]                     # node digest of each tensor's producer, by tensor id
+    prefixes: tuple[bytes, ...]                  # leaf preimage up to the tensor hash, by tensor id
+
+
+def _layout(program: Program) -> TraceLayout:
     model = program.model
-    pos = [(INPUT, k, 0) for k in range(len(model.inputs))]
-    pos += [(PARAM, k, 0) for k in range(len(model.params))]
+    positions: list[tuple[int, int, int]] = []
+    nodes: list[bytes] = []
+    for kind, variables in ((INPUT, model.inputs), (PARAM, model.params)):
+        for k, v in enumerate(variables):
+            positions.append((kind, k, 0))
+            nodes.append(node_digest(native.variable_descriptor(v.type)))
     for step in program.steps:
-        pos += [(INSTR, step.index, j) for j in range(len(step.outputs))]
-    return pos
+        node = node_digest(native.instr_descriptor(step.op.name, step.inputs, step.outputs, step.attrs))
+        for j in range(len(step.outputs)):
+            positions.append((INSTR, step.index, j))
+            nodes.append(node)
+    prefixes = tuple(leaf_prefix(t, *pos, program.types[t].precision, node)
+                     for t, (pos, node) in enumerate(zip(positions, nodes)))
+    return TraceLayout(tuple(positions), tuple(nodes), prefixes)
+
+
+# Per-program caches by id(program), dropped with the program: the layout and
+# the param digests are fixed by the program, so each is computed once, not
+# once per run.
+_layouts: dict[int, TraceLayout] = {}
+_param_digests: dict[int, list[bytes | None]] = {}
+
+
+def _forget(key: int) -> None:
+    _layouts.pop(key, None)
+    _param_digests.pop(key, None)
+
+
+def trace_layout(program: Program) -> TraceLayout:
+    key = id(program)
+    layout = _layouts.get(key)
+    if layout is None:
+        if key not in _param_digests:
+            weakref.finalize(program, _forget, key)
+        layout = _layouts[key] = _layout(program)
+    return layout
 
 
 @dataclass(frozen=True)
 class Trace:
     entries: tuple[TraceEntry, ...]
-    root: bytes
+    tree: bytes   # Merkle root of the leaves: what inclusion proofs reach
+    root: bytes   # the trace root: commits to the model hash, the leaf count and the tree
 
     @property
     def leaves(self) -> list[bytes]:
@@ -71,25 +114,22 @@ def _background() -> ThreadPoolExecutor:
         return _hasher[1]
 
 
-# Param digests by id(program), dropped when the program is: params are
-# read-only constants of the program, so each is hashed once, not once per run.
-_param_digests: dict[int, list[bytes | None]] = {}
-
-
 def _params_of(program: Program) -> list[bytes | None]:
     key = id(program)
     cached = _param_digests.get(key)
     if cached is None:
+        if key not in _layouts:
+            weakref.finalize(program, _forget, key)
         cached = _param_digests[key] = [None] * len(program.model.params)
-        weakref.finalize(program, _param_digests.pop, key, None)
     return cached
 
 
 class Tracer:
     """An execution observer that hashes each tensor once, as it is produced."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, model_hash: bytes) -> None:
         self.program = program
+        self.model_hash = model_hash
         self._digests: list[bytes | None] = [None] * len(program.types)
         self._pending: deque[tuple[int, int, Future[bytes]]] = deque()  # (tensor, its bytes, its hash), in order
         self._backlog = 0
@@ -132,9 +172,13 @@ class Tracer:
         self._backlog -= size
 
     def trace(self) -> Trace:
-        entries = tuple(TraceEntry(kind, index, out, t, d)
-                        for t, ((kind, index, out), d) in enumerate(zip(entry_positions(self.program), self.digests)))
-        return Trace(entries, merkle_root([e.leaf for e in entries]))
+        layout = trace_layout(self.program)
+        digests = self.digests
+        types = self.program.types
+        entries = tuple(TraceEntry(kind, index, out, t, types[t].precision, node, d)
+                        for t, ((kind, index, out), node, d) in enumerate(zip(layout.positions, layout.nodes, digests)))
+        tree = merkle_root([hashlib.sha256(prefix + d).digest() for prefix, d in zip(layout.prefixes, digests)])
+        return Trace(entries, tree, trace_root(self.model_hash, len(entries), tree))
 
 
 def trace_to_json(program: Program, trace: Trace, model_hash: bytes) -> dict[str, Any]:
@@ -145,7 +189,7 @@ def trace_to_json(program: Program, trace: Trace, model_hash: bytes) -> dict[str
         t = program.types[e.tensor]
         row: dict[str, Any] = {"kind": KIND_NAMES[e.kind], "index": e.index, "output": e.output,
                                "tensor": e.tensor, "dtype": t.dtype, "shape": list(t.shape),
-                               "precision": t.precision, "hash": e.digest.hex()}
+                               "precision": t.precision, "node": e.node.hex(), "hash": e.digest.hex()}
         if e.kind == INSTR:
             step = program.steps[e.index]
             row.update(op=step.op.name, name=step.name, inputs=list(step.inputs),

@@ -8,11 +8,12 @@ model input or param that already differs.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from isa.errors import MalformedError
-from serializer.hashing import HASH_SIZE, KIND_NAMES, leaf_hash, merkle_root
+from serializer.hashing import HASH_SIZE, KIND_NAMES, leaf_hash, merkle_root, trace_root
 from cvmvm.trace import read_trace
 
 _INSTR = KIND_NAMES.index("instr")
@@ -24,6 +25,8 @@ class Entry:
     index: int
     output: int
     tensor: int
+    precision: int | None
+    node: bytes
     digest: bytes
     row: dict[str, Any]  # the entry as the file has it (name, dtype, shape, op, attrs, ...)
 
@@ -35,20 +38,28 @@ def _int(row: dict[str, Any], key: str, where: str) -> int:
     return v
 
 
+def _hex_hash(row: dict[str, Any], key: str, where: str) -> bytes:
+    text = row.get(key)
+    try:
+        raw = bytes.fromhex(text) if type(text) is str else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != HASH_SIZE or raw.hex() != text:
+        raise MalformedError("trace", f"{where}.{key}: expected {2 * HASH_SIZE} lowercase hex digits")
+    return raw
+
+
 def _entry(row: Any, where: str) -> Entry:
     if type(row) is not dict or row.get("kind") not in KIND_NAMES:
         raise MalformedError("trace", f"{where}: expected an entry with kind one of {list(KIND_NAMES)}")
-    digest = row.get("hash")
-    try:
-        raw = bytes.fromhex(digest) if type(digest) is str else b""
-    except ValueError:
-        raw = b""
-    if len(raw) != HASH_SIZE or raw.hex() != digest:
-        raise MalformedError("trace", f"{where}.hash: expected {2 * HASH_SIZE} lowercase hex digits")
     kind = KIND_NAMES.index(row["kind"])
     if kind == _INSTR and (type(row.get("inputs")) is not list or any(type(t) is not int for t in row["inputs"])):
         raise MalformedError("trace", f"{where}.inputs: expected a list of tensor ids")
-    return Entry(kind, _int(row, "index", where), _int(row, "output", where), _int(row, "tensor", where), raw, row)
+    precision = row.get("precision")
+    if precision is not None and (type(precision) is not int or not 1 <= precision <= 32):
+        raise MalformedError("trace", f"{where}.precision: expected null or an integer in [1, 32]")
+    return Entry(kind, _int(row, "index", where), _int(row, "output", where), _int(row, "tensor", where),
+                 precision, _hex_hash(row, "node", where), _hex_hash(row, "hash", where), row)
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,11 @@ def load_trace(data: bytes, what: str) -> TraceFile:
     entries = tuple(_entry(row, f"{what}: entries[{k}]") for k, row in enumerate(doc["entries"]))
     if not entries or any(e.tensor != k for k, e in enumerate(entries)):
         raise MalformedError("trace", f"{what}: entries must be tensors 0, 1, 2, ... in order")
-    root = merkle_root([leaf_hash(e.kind, e.index, e.output, e.digest) for e in entries]).hex()
+    model_hash = doc.get("model_hash")
+    if type(model_hash) is not str or not re.fullmatch("[0-9a-f]{64}", model_hash):
+        raise MalformedError("trace", f"{what}: model_hash must be {2 * HASH_SIZE} lowercase hex digits")
+    tree = merkle_root([leaf_hash(e.tensor, e.kind, e.index, e.output, e.precision, e.node, e.digest) for e in entries])
+    root = trace_root(bytes.fromhex(model_hash), len(entries), tree).hex()
     if root != doc.get("root"):
         raise MalformedError("trace", f"{what}: root {doc.get('root')!r} is not the root of its entries ({root})")
     return TraceFile(str(doc.get("model_hash")), root, entries)

@@ -18,9 +18,11 @@ from isa.types import DTYPES
 
 TENSOR_TAG = b"cvmvm/tensor/v1\x00"
 OUTPUTS_TAG = b"cvmvm/outputs/v1\x00"
+NODE_TAG = b"cvmvm/node/v1\x00"
 HASH_SIZE = 32
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
+ROOT_PREFIX = b"\x02"
 
 # Wire codes of the dtypes, fixed forever (docs/FORMAT.md).
 DTYPE_CODES: dict[str, int] = {"int8": 1, "uint8": 2, "int32": 3, "int64": 4,
@@ -68,9 +70,26 @@ def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
     return h.digest()
 
 
-def leaf_hash(kind: int, index: int, output: int, digest: bytes) -> bytes:
-    """A trace leaf: SHA-256(0x00 || u8 kind || u32le index || u32le output || tensor hash)."""
-    return hashlib.sha256(LEAF_PREFIX + struct.pack("<BII", kind, index, output) + digest).digest()
+def node_digest(descriptor: bytes) -> bytes:
+    """SHA-256(NODE_TAG || descriptor): commits a trace leaf to what produced its tensor (FORMAT.md section 3)."""
+    return hashlib.sha256(NODE_TAG + descriptor).digest()
+
+
+def leaf_prefix(tensor: int, kind: int, index: int, output: int, precision: int | None, node: bytes) -> bytes:
+    """Everything a leaf commits to but the tensor hash; fixed by the program alone."""
+    return LEAF_PREFIX + struct.pack("<IBIIB", tensor, kind, index, output, precision or 0) + node
+
+
+def leaf_hash(tensor: int, kind: int, index: int, output: int, precision: int | None, node: bytes,
+              digest: bytes) -> bytes:
+    """A trace leaf: SHA-256(0x00 || u32le tensor || u8 kind || u32le index || u32le output
+    || u8 precision (0: none) || node digest || tensor hash)."""
+    return hashlib.sha256(leaf_prefix(tensor, kind, index, output, precision, node) + digest).digest()
+
+
+def trace_root(model_hash: bytes, count: int, tree: bytes) -> bytes:
+    """The trace root: SHA-256(0x02 || model hash || u32le leaf count || Merkle root of the leaves)."""
+    return hashlib.sha256(ROOT_PREFIX + model_hash + struct.pack("<I", count) + tree).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
@@ -107,20 +126,19 @@ def merkle_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
     return merkle_proof(leaves[k:], index - k) + [merkle_root(leaves[:k])]
 
 
-def verify_merkle_proof(leaf: bytes, index: int, count: int, proof: Sequence[bytes], root: bytes) -> bool:
-    """Recompute the root from one leaf and its audit path; the path length must be exact."""
-    if not 0 <= index < count or any(len(h) != HASH_SIZE for h in (leaf, root, *proof)):
-        return False
+def root_from_proof(leaf: bytes, index: int, count: int, proof: Sequence[bytes]) -> bytes | None:
+    """The Merkle root that one leaf and its audit path imply, or None if the path does not fit (index, count)."""
+    if not 0 <= index < count or any(len(h) != HASH_SIZE for h in proof):
+        return None
     path = list(proof)
 
     def climb(lo: int, n: int) -> bytes | None:
-        # Root of the subtree of leaves [lo, lo + n) that contains `index`, consuming
-        # the path from its end (the top sibling comes last).
+        # Root of the subtree [lo, lo + n) holding `index`; the path's top sibling is last.
         if n == 1:
             return leaf
-        k = _split(n)
         if not path:
             return None
+        k = _split(n)
         sibling = path.pop()
         if index < lo + k:
             inner = climb(lo, k)
@@ -129,7 +147,12 @@ def verify_merkle_proof(leaf: bytes, index: int, count: int, proof: Sequence[byt
         return None if inner is None else node_hash(sibling, inner)
 
     got = climb(0, count)
-    return got is not None and not path and got == root
+    return got if got is not None and not path else None
+
+
+def verify_merkle_proof(leaf: bytes, index: int, count: int, proof: Sequence[bytes], root: bytes) -> bool:
+    """Whether one leaf and its audit path give this Merkle root; the path length must be exact."""
+    return len(leaf) == HASH_SIZE and root_from_proof(leaf, index, count, proof) == root
 
 
 def outputs_hash(digests: Sequence[bytes]) -> bytes:
@@ -143,8 +166,10 @@ class TraceEntry:
     index: int     # input index, param index, or instruction index
     output: int    # output index within the instruction (0 for variables)
     tensor: int    # tensor id
+    precision: int | None
+    node: bytes    # node digest of the variable or instruction that produced it
     digest: bytes  # tensor hash
 
     @property
     def leaf(self) -> bytes:
-        return leaf_hash(self.kind, self.index, self.output, self.digest)
+        return leaf_hash(self.tensor, self.kind, self.index, self.output, self.precision, self.node, self.digest)

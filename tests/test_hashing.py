@@ -47,9 +47,21 @@ def ref_float_data(dtype: str, bits: list[int]) -> bytes:
     return b"".join(struct.pack(BITS[dtype], b) for b in bits)
 
 
-def ref_leaf(kind: int, index: int, output: int, th: bytes) -> bytes:
-    """leaf = SHA-256(0x00 || u8 kind || u32le index || u32le output || tensor_hash)."""
-    return sha(b"\x00" + bytes([kind]) + struct.pack("<I", index) + struct.pack("<I", output) + th)
+def ref_leaf(tensor: int, kind: int, index: int, output: int, precision, node: bytes, th: bytes) -> bytes:
+    """leaf = SHA-256(0x00 || u32le tensor || u8 kind || u32le index || u32le output || u8 precision (0: none)
+    || node || tensor_hash)."""
+    return sha(b"\x00" + struct.pack("<I", tensor) + bytes([kind]) + struct.pack("<I", index)
+               + struct.pack("<I", output) + bytes([precision or 0]) + node + th)
+
+
+def ref_trace_root(model_hash: bytes, count: int, tree: bytes) -> bytes:
+    """trace root = SHA-256(0x02 || model_hash || u32le count || Merkle root)."""
+    return sha(b"\x02" + model_hash + struct.pack("<I", count) + tree)
+
+
+def ref_node(descriptor: bytes) -> bytes:
+    """node = SHA-256("cvmvm/node/v1" || 0x00 || descriptor)."""
+    return sha(b"cvmvm/node/v1\x00" + descriptor)
 
 
 def ref_inner(left: bytes, right: bytes) -> bytes:
@@ -82,7 +94,7 @@ def ref_outputs(hashes: list[bytes]) -> bytes:
 
 
 def leaves_of(n: int) -> list[bytes]:
-    return [ref_leaf(INSTR, i, i % 3, sha(bytes([i]))) for i in range(n)]
+    return [ref_leaf(i, INSTR, i, i % 3, 8, sha(b"node"), sha(bytes([i]))) for i in range(n)]
 
 
 def test_power_of_two_split_matches_the_text():
@@ -232,11 +244,40 @@ def test_any_layout_hashes_like_its_row_major_values(shape, seed, order, byteord
 # -- leaves and inner nodes ------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, index, output", [(INPUT, 0, 0), (PARAM, 3, 0), (INSTR, 7, 1),
-                                                 (INSTR, 2**32 - 1, 2**32 - 1), (INSTR, 256, 65536)])
-def test_leaf_hash(kind, index, output):
-    th = sha(b"tensor")
-    assert leaf_hash(kind, index, output, th) == ref_leaf(kind, index, output, th)
+@pytest.mark.parametrize("tensor, kind, index, output", [(0, INPUT, 0, 0), (5, PARAM, 3, 0), (9, INSTR, 7, 1),
+                                                         (2**32 - 1, INSTR, 2**32 - 1, 2**32 - 1),
+                                                         (70000, INSTR, 256, 65536)])
+def test_leaf_hash(tensor, kind, index, output):
+    th, node = sha(b"tensor"), sha(b"node")
+    for precision in (None, 1, 8, 32):
+        assert leaf_hash(tensor, kind, index, output, precision, node, th) == \
+            ref_leaf(tensor, kind, index, output, precision, node, th)
+    assert leaf_hash(tensor, kind, index, output, 8, node, th) != leaf_hash(tensor, kind, index, output, 9, node, th)
+
+
+def test_trace_root():
+    from serializer.hashing import trace_root
+    tree, model = sha(b"tree"), sha(b"model")
+    assert trace_root(model, 7, tree) == ref_trace_root(model, 7, tree)
+    assert trace_root(model, 7, tree) not in (trace_root(model, 8, tree), trace_root(sha(b"other"), 7, tree))
+
+
+def test_node_digests_of_variables_and_instructions():
+    from isa.attrs import parse_attrs
+    from isa.table import OP_BY_NAME
+    from isa.types import TensorType
+    from serializer import native
+    from serializer.hashing import node_digest
+    # Descriptors are msgpack maps (FORMAT.md section 3), written out by hand here.
+    var = b"\x83\xa5dtype\xa5int32\xa5shape\x92\x02\x03\xa9precision\x08"
+    assert native.variable_descriptor(TensorType((2, 3), 8)) == var
+    assert node_digest(var) == ref_node(var)
+    raw = b"\x83\xa5dtype\xa7float32\xa5shape\x91\x04\xa9precision\xc0"
+    assert native.variable_descriptor(TensorType((4,), None, "float32")) == raw
+    record = parse_attrs(OP_BY_NAME["cvm_clip"].attrs, {"precision": 8}, fill_defaults=True)
+    instr = (b"\x84\xa2op\x07\xa2in\x91\x00\xa3out\x91\x01"
+             b"\xa5attrs\x82\xa9precision\x08\xa7is_sign\xc3")
+    assert native.instr_descriptor("cvm_clip", (0,), (1,), record) == instr
 
 
 def test_leaf_kind_codes():
@@ -244,8 +285,8 @@ def test_leaf_kind_codes():
 
 
 def test_trace_entry_leaf():
-    th = sha(b"t")
-    assert TraceEntry(INSTR, 4, 1, 9, th).leaf == ref_leaf(2, 4, 1, th)
+    th, node = sha(b"t"), sha(b"n")
+    assert TraceEntry(INSTR, 4, 1, 9, 12, node, th).leaf == ref_leaf(9, 2, 4, 1, 12, node, th)
 
 
 def test_node_hash():
@@ -255,10 +296,10 @@ def test_node_hash():
 
 
 def test_leaf_and_node_are_domain_separated():
-    # The 73-byte leaf preimage read as a node preimage: different first byte, different hash.
-    th = sha(b"x")
-    preimage = struct.pack("<BII", 2, 1, 0) + th
-    assert leaf_hash(2, 1, 0, th) != sha(b"\x01" + preimage)
+    # The leaf preimage read as an inner-node preimage: different first byte, different hash.
+    th, node = sha(b"x"), sha(b"y")
+    preimage = struct.pack("<IBIIB", 3, 2, 1, 0, 8) + node + th
+    assert leaf_hash(3, 2, 1, 0, 8, node, th) != sha(b"\x01" + preimage)
 
 
 # -- Merkle root ---------------------------------------------------------------
@@ -425,11 +466,13 @@ def test_pinned_tensor_hashes_of_other_dtypes():
 
 def test_pinned_leaf_node_and_root():
     th = bytes.fromhex("0b4fea0cb3e554b84e24d542e0a20ddf13b250f67cc2f7d3035e4d5cc9089cdd")
-    assert leaf_hash(INPUT, 0, 0, th).hex() == "b21bf6a1ca7abc53d8dfbbc39580944810f8199ba0d61e69ea2f8ed146d4026d"
+    node = sha(b"n")
+    assert leaf_hash(0, INPUT, 0, 0, 8, node, th).hex() == \
+        "41329a78313790e075ea352a721f77873463aca761f5b5f4d216ecccc06685a2"
     assert node_hash(bytes(32), b"\xff" * 32).hex() == \
         "bc6b943b820c449acf880d293c216a24a8066b153f87f2361fae2beda3a72641"
-    three = [leaf_hash(kind, 0, 0, th) for kind in (INPUT, PARAM, INSTR)]
-    assert merkle_root(three).hex() == "abb5a04e95a687cff6c51d7a00278f80bb00aef7107d78f091ea1fd154faae37"
+    three = [leaf_hash(t, kind, 0, 0, 8, node, th) for t, kind in enumerate((INPUT, PARAM, INSTR))]
+    assert merkle_root(three).hex() == "1f8b8eb7e259b0079d8020bdc5f9e527a0b60d45a46de7ddf8b51a97c4061e83"
 
 
 def test_pinned_outputs_hash():

@@ -16,7 +16,7 @@ from cvmvm.cli import EXIT_CODES
 from cvmvm.replay import Transaction
 from cvmvm.store import Store
 from isa.errors import CvmError
-from serializer.hashing import merkle_root
+from serializer.hashing import merkle_root, trace_root
 from tests.test_receipt import (KEY, REPO, build, cli_json, column_sum_model, digits_model, instr, mlp_model,
                                 pair_model, param, reshape_model)
 from isa.types import TensorType
@@ -104,7 +104,8 @@ def test_batched_results_equal_one_by_one(make, batch):
     for f, r in zip(feeds, got):
         result = model.run(f, trace=True)
         assert r == receipt.make_receipt(model, result)
-        assert r.trace_root == merkle_root(result.trace.leaves)
+        assert r.trace_root == result.trace.root == trace_root(model.model_hash, len(result.trace.leaves),
+                                                               merkle_root(result.trace.leaves))
 
 
 def test_digits_batched_equals_one_by_one():

@@ -11,7 +11,7 @@ from cvmvm import tracediff
 from cvmvm.cli import EXIT_CODES
 from cvmvm.trace import trace_bytes, trace_to_json
 from isa.errors import CvmError
-from serializer.hashing import KIND_NAMES, leaf_hash, merkle_root
+from serializer.hashing import KIND_NAMES, leaf_hash, merkle_root, trace_root
 from tests.test_receipt import cli_json, mlp_model, pair_model
 
 X = {"x": np.array([[5, -100, 120, 7]], dtype=np.int32)}
@@ -24,9 +24,10 @@ def trace_doc(model, inputs) -> dict:
 
 def reroot(doc: dict) -> dict:
     """After editing entries, recompute the root as a (dishonest) node would."""
-    leaves = [leaf_hash(KIND_NAMES.index(e["kind"]), e["index"], e["output"], bytes.fromhex(e["hash"]))
-              for e in doc["entries"]]
-    return {**doc, "root": merkle_root(leaves).hex()}
+    leaves = [leaf_hash(e["tensor"], KIND_NAMES.index(e["kind"]), e["index"], e["output"], e["precision"],
+                        bytes.fromhex(e["node"]), bytes.fromhex(e["hash"])) for e in doc["entries"]]
+    tree = merkle_root(leaves)
+    return {**doc, "root": trace_root(bytes.fromhex(doc["model_hash"]), len(leaves), tree).hex()}
 
 
 def loaded(doc: dict):
