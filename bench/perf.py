@@ -14,9 +14,9 @@ per inference on a quiet machine).
 
 The machine may be shared: each block prints the CPU idle fraction measured
 just before it, and --wait-idle waits (up to that many seconds) for an idle one.
-The environment passes through, so e.g. OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS
-threads sleep soon after a GEMM instead of spinning on the core the hashing
-thread wants) can be tried with --threads 2.
+The environment passes through.  cvmvm sets OPENBLAS_THREAD_TIMEOUT=4 unless
+it is set (OpenBLAS threads then sleep soon after a GEMM instead of spinning
+on the core the hashing thread wants); set it to 0 to see OpenBLAS's default.
 """
 
 from __future__ import annotations
@@ -192,6 +192,7 @@ def bench_digits(runs: int, batch: int) -> dict:
 
 def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO))
+    import cvmvm  # noqa: F401  (first: it sets OpenBLAS's spin timeout before numpy loads OpenBLAS)
     import numpy as np
     report: dict = {"threads": int(os.environ["OPENBLAS_NUM_THREADS"]),
                     "gemm_f64": gemm_rate(np.float64), "gemm_f32": gemm_rate(np.float32), "models": {}}

@@ -1,7 +1,16 @@
 """cvmvm: a deterministic integer virtual machine for the Cortex VM instruction set."""
 
-from isa.errors import CvmError, InputError, InternalError, InvalidError, LimitError, MalformedError
-from cvmvm.api import Limits, Model, Result, load, load_cortex, run_op
+import os
+
+# After a GEMM, OpenBLAS's worker threads spin for a long while on their cores,
+# exactly when the trace's hashing thread wants one: a traced run on 2 cores
+# then takes ~40 ms instead of ~29 ms (bench/perf.py).  A short spin lets them
+# sleep.  OpenBLAS reads this when it loads, so it only takes effect when cvmvm
+# is imported before numpy; it changes timing only, never a value.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+from isa.errors import CvmError, InputError, InternalError, InvalidError, LimitError, MalformedError  # noqa: E402
+from cvmvm.api import Limits, Model, Result, load, load_cortex, run_op  # noqa: E402
 
 __all__ = ["CvmError", "MalformedError", "InvalidError", "InputError", "LimitError", "InternalError",
            "Limits", "Model", "Result", "load", "load_cortex", "run_op"]
