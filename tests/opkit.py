@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
@@ -9,10 +10,17 @@ import pytest
 
 import cvmvm
 from isa.attrs import parse_attrs
-from isa.table import OP_BY_NAME
+from isa.spec import OpDef
+from isa.table import OP_BY_NAME, OPS
 from isa.types import TensorType
 from serializer.model import Input, Instr, Model
 from cvmvm.verify import Program, verify
+
+
+def family(module: ModuleType) -> tuple[OpDef, ...]:
+    """The ops a module of isa/ops declares, in op-table order."""
+    declared = {id(v) for v in vars(module).values() if isinstance(v, OpDef)}
+    return tuple(op for op in OPS if id(op) in declared)
 
 
 def arr(values, shape=None) -> np.ndarray:

@@ -18,7 +18,7 @@ from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer.model import Input, Instr, Model
 from tests.naive import elemwise as naive
-from tests.opkit import arr, rejected, run1
+from tests.opkit import arr, family, rejected, run1
 
 M = 2**31 - 1  # INT32_MAX, the largest magnitude any precision allows
 
@@ -364,7 +364,7 @@ REJECT = [
 ]
 VALID_ATTRS = {"clip": {"a_min": -1, "a_max": 1}, "cvm_clip": {"precision": 8},
                "cvm_right_shift": {"precision": 8, "shift_bit": 1}, "cvm_left_shift": {"precision": 8, "shift_bit": 1}}
-for op in E.OPS:
+for op in family(E):
     n_in = 2 if op.name.startswith("elemwise_") else 1
     valid = VALID_ATTRS.get(op.name, {})
     REJECT += [

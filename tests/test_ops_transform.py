@@ -15,6 +15,7 @@ from isa.attrs import attr_fields
 from isa.ops import transform
 from isa.types import TensorType
 from tests.naive import transform as naive
+from tests.opkit import family
 
 SETTINGS = settings(derandomize=True, max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -75,14 +76,14 @@ def assert_law_sampled(y: np.ndarray, law: naive.Law, seed: int, samples: int = 
 # -- the table ---------------------------------------------------------------
 
 def test_op_order_and_names():
-    assert [op.name for op in transform.OPS] == [
+    assert [op.name for op in family(transform)] == [
         "repeat", "tile", "flatten", "concatenate", "expand_dims", "reshape", "squeeze", "transpose",
         "strided_slice", "take", "cvm_lut", "slice_like"]
 
 
 def test_attribute_names_and_cortex_defaults():
     missing = dataclasses.MISSING
-    fields = {op.name: {f.name: f.default for f in attr_fields(op.attrs)} for op in transform.OPS}
+    fields = {op.name: {f.name: f.default for f in attr_fields(op.attrs)} for op in family(transform)}
     assert fields == {
         "repeat": {"repeats": missing, "axis": 0},
         "tile": {"reps": missing},
@@ -101,7 +102,7 @@ def test_attribute_names_and_cortex_defaults():
 
 def test_arity():
     assert transform.CONCATENATE.inputs(transform.ConcatenateAttrs()) is None
-    for op in transform.OPS:
+    for op in family(transform):
         if op is not transform.CONCATENATE:
             names = op.inputs(None)
             assert len(names) == (2 if op.name in ("take", "cvm_lut", "slice_like") else 1)
@@ -110,7 +111,7 @@ def test_arity():
 
 def test_cost_is_one_per_output_element():
     t = TensorType((2, 3), 8)
-    for op in transform.OPS:
+    for op in family(transform):
         assert op.cost(None, (t,), (t,)) == 1
 
 
@@ -121,7 +122,7 @@ def test_precision_rules():
     assert transform.CONCATENATE.precision(transform.ConcatenateAttrs(0), p5, p30, p9) == (30,)
     assert transform.CVM_LUT.precision(transform.CvmLutAttrs(6), p30, p5) == (5,)
     assert transform.CVM_LUT.precision(transform.CvmLutAttrs(6), p5, p30) == (30,)
-    for op in transform.OPS:
+    for op in family(transform):
         if op not in (transform.CONCATENATE, transform.CVM_LUT):
             inputs = (p9, p5) if op.name in ("take", "slice_like") else (p9,)
             assert op.precision(None, *inputs) == (9,)
@@ -298,7 +299,7 @@ def grid_cases(op: str):
             yield [x, like], {"axis": (0, 1)}, naive.slice_like(x, like.shape, (0, 1))
 
 
-@pytest.mark.parametrize("op", [op.name for op in transform.OPS])
+@pytest.mark.parametrize("op", [op.name for op in family(transform)])
 def test_formalization_grid(op):
     for g, (inputs, attrs, law) in enumerate(grid_cases(op)):
         (y,) = cvmvm.run_op(op, inputs, attrs)
@@ -615,7 +616,7 @@ def test_rejected(name, inputs, attrs, code):
     assert rejection(name, inputs, attrs) == code
 
 
-@pytest.mark.parametrize("op", [op.name for op in transform.OPS])
+@pytest.mark.parametrize("op", [op.name for op in family(transform)])
 def test_non_int32_input_is_rejected(op):
     inputs = {"take": 2, "cvm_lut": 2, "slice_like": 2}.get(op, 1)
     attrs = {"repeat": {"repeats": 1}, "tile": {"reps": (1,)}, "expand_dims": {"axis": 0},

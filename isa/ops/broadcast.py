@@ -140,7 +140,3 @@ def where_kernel(a: NoAttrs, cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> 
 WHERE = OpDef("where", NoAttrs, fixed("condition", "x", "y"), ("output",),
               shape=where_shape, precision=where_precision, cost=unit_cost, kernel=where_kernel)
 
-
-OPS: tuple[OpDef, ...] = (
-    BROADCAST_ADD, BROADCAST_SUB, BROADCAST_MUL, BROADCAST_DIV, BROADCAST_MAX, BROADCAST_GREATER, WHERE,
-)

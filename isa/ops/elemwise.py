@@ -255,8 +255,3 @@ CVM_LEFT_SHIFT = OpDef("cvm_left_shift", LeftShiftAttrs, fixed("data"), ("output
                        shape=same_shape, precision=left_shift_precision, cost=unit_cost,
                        kernel=left_shift_kernel)
 
-
-OPS: tuple[OpDef, ...] = (
-    RELU, ABS, NEGATIVE, CVM_PRECISION, ELEMWISE_ADD, ELEMWISE_SUB,
-    CLIP, CVM_CLIP, CVM_RIGHT_SHIFT, CVM_LEFT_SHIFT,
-)

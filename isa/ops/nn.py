@@ -379,5 +379,3 @@ def upsampling_kernel(a: UpSamplingAttrs, x: np.ndarray) -> tuple[np.ndarray, ..
 UPSAMPLING = OpDef("upsampling", UpSamplingAttrs, fixed("data"), ("output",),
                    shape=upsampling_shape, precision=same_precision, cost=unit_cost, kernel=upsampling_kernel)
 
-
-OPS: tuple[OpDef, ...] = (CONV2D, DENSE, MAX_POOL2D, UPSAMPLING)

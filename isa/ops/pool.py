@@ -222,5 +222,3 @@ def max_pool_kernel(a: MaxPoolAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 MAX_POOL = OpDef("max_pool", MaxPoolAttrs, fixed("X"), ("Y", "Indices"),
                  shape=max_pool_shape, precision=max_pool_precision, cost=max_pool_cost,
                  kernel=max_pool_kernel, dtypes=max_pool_dtypes)
-
-OPS: tuple[OpDef, ...] = (MAX_POOL,)

@@ -84,5 +84,3 @@ def max_kernel(a: ReduceAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 MAX = OpDef("max", ReduceAttrs, fixed("data"), ("output",),
             shape=reduce_shape, precision=same_precision, cost=unit_cost, kernel=max_kernel)
 
-
-OPS: tuple[OpDef, ...] = (SUM, MAX)

@@ -470,8 +470,3 @@ def slice_like_kernel(a: SliceLikeAttrs, x: np.ndarray, like: np.ndarray) -> tup
 SLICE_LIKE = OpDef("slice_like", SliceLikeAttrs, fixed("data", "shape_like"), ("output",),
                    shape=slice_like_shape, precision=same_precision, cost=unit_cost, kernel=slice_like_kernel)
 
-
-OPS: tuple[OpDef, ...] = (
-    REPEAT, TILE, FLATTEN, CONCATENATE, EXPAND_DIMS, RESHAPE, SQUEEZE, TRANSPOSE, STRIDED_SLICE, TAKE,
-    CVM_LUT, SLICE_LIKE,
-)

@@ -172,5 +172,3 @@ NON_MAX_SUPPRESSION = OpDef("non_max_suppression", NonMaxSuppressionAttrs, fixed
                             ("output",), shape=nms_shape, precision=nms_precision, cost=nms_cost,
                             kernel=nms_kernel)
 
-
-OPS: tuple[OpDef, ...] = (GET_VALID_COUNTS, NON_MAX_SUPPRESSION)
