@@ -95,7 +95,8 @@ def test_conv2d_does_not_write_its_inputs():
         a.flags.writeable = False
     attrs = parse_attrs(nn.Conv2DAttrs, dict(channels=4, kernel_size=(3, 3), groups=2, padding=(1, 1)),
                         fill_defaults=True)
-    nn.conv2d_kernel(attrs, x, w, b)
+    plan = nn.conv2d_plan(attrs, *(TensorType(v.shape, p) for v, p in ((x, 8), (w, 8), (b, 16))))
+    nn.conv2d_kernel(attrs, x, w, b, plan=plan)
     assert all(np.array_equal(a, f) for a, f in zip((x, w, b), frozen))
 
 

@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 from isa.attrs import ANY_BOOL, BOOL, INT, INT32_MAX, INT32_MIN, INTS, STR, attr, between, each, one_of
 from isa.errors import require
 from isa.spec import OpDef, fixed, same_precision, unit_cost
-from isa.types import MAX_DIM, MAX_PRECISION, Shape, TensorType, bitlen, precision_bound
+from isa.types import MAX_DIM, Shape, TensorType, bitlen, precision_bound
 
 # The formalization's attribute range [min_attr, max_attr): strides, dilation,
 # padding and scale lie below max_attr.
@@ -210,16 +210,10 @@ def conv2d_patches(a: Conv2DAttrs, x: np.ndarray, dtype: np.dtype) -> np.ndarray
 
 
 def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
-                  plan: GemmPlan | None = None) -> tuple[np.ndarray, ...]:
+                  plan: GemmPlan) -> tuple[np.ndarray, ...]:
     """Y[n,o,p,q] = sum_{i,r,s} pad0(X)[n, g*IC + i, p*SH + r*DH - PH, q*SW + s*DW - PW] * W[o,i,r,s] (+ B[o]),
-    with IC = C/groups and g = o // (OC/groups), the group of output channel o.
-
-    ``plan`` None: the plan for the widest operands the ISA admits (8 bits, a
-    31-bit bias), for callers outside a verified program.
+    with IC = C/groups and g = o // (OC/groups), the group of output channel o, by the GEMM path of ``plan``.
     """
-    if plan is None:
-        plan = conv2d_plan(a, TensorType(x.shape, MAX_INPUT_PRECISION), TensorType(w.shape, MAX_INPUT_PRECISION),
-                           None if b is None else TensorType(b.shape, MAX_PRECISION - 1))
     n, oc = x.shape[0], w.shape[0]
     dtype = plan.operand_dtype
     patches = conv2d_patches(a, x, dtype)                              # (N, G, K, OH*OW)
@@ -267,11 +261,8 @@ def dense_plan(a: DenseAttrs, x: TensorType, w: TensorType, b: TensorType | None
 
 
 def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
-                 plan: GemmPlan | None = None) -> tuple[np.ndarray, ...]:
-    """Y = X W^T (+ B).  ``plan`` None: as for conv2d_kernel."""
-    if plan is None:
-        plan = dense_plan(a, TensorType(x.shape, MAX_INPUT_PRECISION), TensorType(w.shape, MAX_INPUT_PRECISION),
-                          None if b is None else TensorType(b.shape, MAX_PRECISION - 1))
+                 plan: GemmPlan) -> tuple[np.ndarray, ...]:
+    """Y = X W^T (+ B), by the GEMM path of ``plan``."""
     dtype = plan.operand_dtype
     y = exact_gemm(plan, x.astype(dtype), w.astype(dtype).T)
     if b is not None:
