@@ -83,14 +83,15 @@ def attr_fields(record: type) -> tuple[FieldSpec, ...]:
     )
 
 
-def _well_typed(kind: str, value: Any) -> bool:
+def well_typed(kind: str, value: Any, sequence: type = tuple) -> bool:
+    """Whether a value is of an attribute kind; INTS values are ``sequence``s (a wire format's arrays are lists)."""
     # type(v) is int, not isinstance: True is an int to isinstance.
     if kind == INT:
         return type(value) is int
     if kind == BOOL:
         return type(value) is bool
     if kind == INTS:
-        return type(value) is tuple and all(type(x) is int for x in value)
+        return type(value) is sequence and all(type(x) is int for x in value)
     if kind == OPT_INT:
         return value is None or type(value) is int
     return type(value) is str
@@ -118,7 +119,7 @@ def parse_attrs(record: type, raw: Mapping[str, Any], *, fill_defaults: bool) ->
             value = spec.default
         else:
             raise InvalidError("attr", f"attribute {spec.name!r} is required")
-        if not _well_typed(spec.kind, value):
+        if not well_typed(spec.kind, value):
             raise InvalidError("attr", f"attribute {spec.name}={value!r} must be of kind {spec.kind}")
         if spec.kind == OPT_INT and value is None:
             pass

@@ -17,7 +17,7 @@ import numpy as np
 
 from isa.errors import InternalError, InvalidError
 from isa.table import ISA_VERSION, OPCODE, OPS
-from isa.types import DTYPES, INT32
+from isa.types import DTYPES, INT32, TensorType
 from serializer import strict
 from serializer.model import Input, Instr, Model, Param
 from serializer.strict import Reader, attrs_to_wire, tensor_data

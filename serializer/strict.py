@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 import msgpack
 import numpy as np
 
-from isa.attrs import BOOL, INT, INTS, OPT_INT, attr_fields, parse_attrs
+from isa.attrs import INTS, attr_fields, parse_attrs, well_typed
 from isa.errors import CvmError, InvalidError, LimitError, MalformedError
 from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, shape_size
 
@@ -138,21 +138,9 @@ class Reader:
         specs = attr_fields(record)
         raw = self.map(raw, tuple(s.name for s in specs), where)
         for s in specs:
-            if not _of_kind(s.kind, raw[s.name]):
+            if not well_typed(s.kind, raw[s.name], list):
                 raise self.fail(f"{where}: attribute {s.name}={raw[s.name]!r} is not of kind {s.kind}")
         return parse_attrs(record, raw, fill_defaults=False)
-
-
-def _of_kind(kind: str, v: Any) -> bool:
-    if kind == INT:
-        return type(v) is int
-    if kind == BOOL:
-        return type(v) is bool
-    if kind == INTS:
-        return type(v) is list and all(type(x) is int for x in v)
-    if kind == OPT_INT:
-        return v is None or type(v) is int
-    return type(v) is str
 
 
 # -- encoding ----------------------------------------------------------------------
