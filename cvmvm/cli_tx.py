@@ -123,7 +123,7 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
     summary = replay.summary(outcomes)
     info = {"summary": summary, "results": [o.to_json() for o in outcomes]}
     clean = summary["ok"] == summary["total"]
-    return (cli.EXIT_OK if clean else cli.EXIT_MISMATCH), info, "\n".join(replay.iter_lines(outcomes))
+    return (cli.EXIT_OK if clean else cli.EXIT_MISMATCH), info, "\n".join(replay.iter_lines(outcomes, args.all))
 
 
 # -- diff ---------------------------------------------------------------------------------
@@ -196,6 +196,8 @@ def add_commands(command: Command) -> None:
     p.add_argument("--ray", action="store_true", help="run on Ray (pip install cvmvm[ray]); --workers is then a hint")
     p.add_argument("--batch", type=int, default=replay.DEFAULT_BATCH, help="most transactions in one batched run")
     p.add_argument("--signer", metavar="PUBKEY", help="require every receipt signed by this Ed25519 key")
+    p.add_argument("--all", action="store_true", help="print a line for every transaction, not only those that "
+                                                      "did not hold (--json always lists every one)")
 
     p = command("diff", cmd_diff, "name the first instruction at which two traces of a model disagree")
     p.add_argument("trace_a", help="trace file (cvmvm run --trace)")

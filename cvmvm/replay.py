@@ -581,7 +581,11 @@ def describe(o: Outcome) -> str:
     return f"tx {o.index}: error {o.error}: {o.message}"
 
 
-def iter_lines(outcomes: Sequence[Outcome]) -> Iterator[str]:
-    yield from (describe(o) for o in outcomes)
+def iter_lines(outcomes: Sequence[Outcome], every: bool = False) -> Iterator[str]:
+    """One line per transaction that did not hold (per transaction with ``every``), then the summary by kind."""
+    yield from (describe(o) for o in outcomes if every or o.status != OK)
     s = summary(outcomes)
     yield (f"{s['total']} transactions: {s['ok']} ok, {s['mismatch']} mismatch, {s['error']} error")
+    for kind, counts in (("mismatched", s["mismatched_fields"]), ("errors", s["errors"])):
+        if counts:
+            yield f"  {kind}: " + ", ".join(f"{k} {n}" for k, n in counts.items())

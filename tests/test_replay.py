@@ -298,5 +298,7 @@ def test_cli_text_report_and_clean_exit(capsys, tmp_path, store):
     (tmp_path / "t.cvmtx").write_bytes(replay.encode_txs([honest(model, f) for f in random_inputs(model, 3, 5)]))
     from cvmvm.cli import main
     assert main(["replay", str(tmp_path / "t.cvmtx"), "--store", str(store.root)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["3 transactions: 3 ok, 0 mismatch, 0 error"]
+    assert main(["replay", str(tmp_path / "t.cvmtx"), "--store", str(store.root), "--all"]) == 0
     assert capsys.readouterr().out.splitlines() == ["tx 0: ok", "tx 1: ok", "tx 2: ok",
                                                      "3 transactions: 3 ok, 0 mismatch, 0 error"]
