@@ -12,7 +12,7 @@ import numpy as np
 from isa.attrs import parse_attrs
 from isa.errors import InputError, InvalidError
 from isa.table import OP_BY_NAME
-from isa.types import DTYPES, INT32, TensorType, bitlen
+from isa.types import INT32, TensorType, bitlen, vm_dtype
 from serializer import cortex, native
 from serializer.hashing import outputs_hash, tensor_hash
 from cvmvm import files
@@ -101,10 +101,10 @@ def _run_op_type(k: int, value: np.ndarray, precision: int | None) -> TensorType
             precision = bitlen(max(-lo, hi)) + 1
         # INT32_MIN without a given precision: a raw int32 tensor (max_pool only).
         return TensorType(shape, precision, INT32)
-    for name, dt in DTYPES.items():
-        if value.dtype.newbyteorder("<") == dt.newbyteorder("<") and name != INT32:
-            return TensorType(shape, None, name)
-    raise InputError("dtype", f"input {k}: unsupported dtype {value.dtype}")
+    name = vm_dtype(value.dtype)
+    if name is None:
+        raise InputError("dtype", f"input {k}: unsupported dtype {value.dtype}")
+    return TensorType(shape, None, name)
 
 
 def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,

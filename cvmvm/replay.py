@@ -33,7 +33,7 @@ from serializer import strict
 from serializer.hashing import (HASH_SIZE, canonical_array, merkle_root, outputs_hash, tensor_hash, tensor_header,
                                 trace_root)
 from serializer.model import Input, Model as ModelIR
-from serializer.strict import Reader, pack, tensor_to_wire, vm_dtype
+from serializer.strict import Reader, pack, tensor_to_wire
 from cvmvm import receipt as receipts
 from cvmvm.api import Model, load
 from cvmvm.execute import execute, prepare_input
@@ -91,7 +91,7 @@ class Transaction:
 
 def _tx_wire(tx: Transaction) -> dict[str, Any]:
     return {"model": tx.model_hash,
-            "inputs": [{"name": name, **tensor_to_wire(value, vm_dtype(value))} for name, value in tx.inputs],
+            "inputs": [{"name": name, **tensor_to_wire(value)} for name, value in tx.inputs],
             "receipt": receipts.to_wire(tx.receipt)}
 
 

@@ -24,6 +24,15 @@ DTYPES: dict[str, np.dtype] = {
     "float64": np.dtype("<f8"),
 }
 
+# The VM dtype of each numpy dtype, byte order aside.
+_VM_DTYPES: dict[np.dtype, str] = {dt.newbyteorder("<"): name for name, dt in DTYPES.items()}
+
+
+def vm_dtype(dtype: np.dtype) -> str | None:
+    """The VM dtype name of a numpy dtype (either byte order), or None when the VM has none."""
+    return _VM_DTYPES.get(np.dtype(dtype).newbyteorder("<"))
+
+
 MAX_RANK = 6
 MAX_DIM = 1 << 24
 MAX_SIZE = 1 << 30

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from isa.types import DTYPES
+from isa.types import DTYPES, vm_dtype
 
 TENSOR_TAG = b"cvmvm/tensor/v1\x00"
 OUTPUTS_TAG = b"cvmvm/outputs/v1\x00"
@@ -46,10 +46,6 @@ def canonical_array(value: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(value, dtype=DTYPES[dtype].newbyteorder("<"), order="C")
 
 
-# The VM dtype of each little-endian numpy dtype, for tensor_hash.
-_VM_DTYPES: dict[np.dtype, str] = {dt.newbyteorder("<"): name for name, dt in DTYPES.items()}
-
-
 def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
     """SHA-256(TENSOR_TAG || u8 dtype || u8 ndim || u64le dims || little-endian data).
 
@@ -59,7 +55,7 @@ def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
     another dtype is refused rather than cast, since a cast could wrap values.
     A C-contiguous little-endian array is hashed straight from its buffer.
     """
-    own = _VM_DTYPES.get(value.dtype.newbyteorder("<"))
+    own = vm_dtype(value.dtype)
     if own is None:
         raise ValueError(f"no VM dtype for numpy dtype {value.dtype}")
     if dtype is not None and dtype != own:

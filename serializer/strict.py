@@ -18,7 +18,7 @@ import numpy as np
 
 from isa.attrs import INTS, attr_fields, parse_attrs, well_typed
 from isa.errors import CvmError, InvalidError, LimitError, MalformedError
-from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, shape_size
+from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, shape_size, vm_dtype
 
 MAX_ITEMS = 1 << 20       # items in any msgpack array
 MAX_KEYS = 64             # entries in any msgpack map
@@ -151,20 +151,16 @@ def attrs_to_wire(record: Any) -> dict[str, Any]:
             for f in attr_fields(type(record)) for v in (getattr(record, f.name),)}
 
 
-def vm_dtype(value: np.ndarray) -> str:
-    """The VM dtype of a numpy array (byte order aside)."""
-    for name, dt in DTYPES.items():
-        if value.dtype.newbyteorder("<") == dt.newbyteorder("<"):
-            return name
-    raise ValueError(f"no VM dtype for numpy dtype {value.dtype}")
-
-
 def tensor_data(value: np.ndarray, dtype: str) -> bytes:
     """Row-major little-endian bytes of ``value`` in ``dtype`` (the bytes its tensor hash covers)."""
     return np.ascontiguousarray(value, dtype=DTYPES[dtype].newbyteorder("<")).tobytes()
 
 
-def tensor_to_wire(value: np.ndarray, dtype: str) -> dict[str, Any]:
+def tensor_to_wire(value: np.ndarray) -> dict[str, Any]:
+    """The dtype, shape and data keys of a tensor on the wire; the array must be of a VM dtype."""
+    dtype = vm_dtype(value.dtype)
+    if dtype is None:
+        raise ValueError(f"no VM dtype for numpy dtype {value.dtype}")
     return {"dtype": dtype, "shape": [int(d) for d in value.shape], "data": tensor_data(value, dtype)}
 
 
