@@ -61,26 +61,33 @@ def _layout(program: Program) -> TraceLayout:
     return TraceLayout(tuple(positions), tuple(nodes), prefixes)
 
 
-# Per-program caches by id(program), dropped with the program: the layout and
-# the param digests are fixed by the program, so each is computed once, not
-# once per run.
-_layouts: dict[int, TraceLayout] = {}
-_param_digests: dict[int, list[bytes | None]] = {}
+@dataclass
+class _PerProgram:
+    """What is fixed by a program, so computed once, not once per run: its trace
+    layout and the digests of its read-only params."""
+
+    layout: TraceLayout | None
+    params: list[bytes | None]
 
 
-def _forget(key: int) -> None:
-    _layouts.pop(key, None)
-    _param_digests.pop(key, None)
+# By id(program), dropped when the program is.
+_per_program: dict[int, _PerProgram] = {}
+
+
+def _cached(program: Program) -> _PerProgram:
+    key = id(program)
+    entry = _per_program.get(key)
+    if entry is None:
+        entry = _per_program[key] = _PerProgram(None, [None] * len(program.model.params))
+        weakref.finalize(program, _per_program.pop, key, None)
+    return entry
 
 
 def trace_layout(program: Program) -> TraceLayout:
-    key = id(program)
-    layout = _layouts.get(key)
-    if layout is None:
-        if key not in _param_digests:
-            weakref.finalize(program, _forget, key)
-        layout = _layouts[key] = _layout(program)
-    return layout
+    entry = _cached(program)
+    if entry.layout is None:
+        entry.layout = _layout(program)
+    return entry.layout
 
 
 @dataclass(frozen=True)
@@ -114,16 +121,6 @@ def _background() -> ThreadPoolExecutor:
         return _hasher[1]
 
 
-def _params_of(program: Program) -> list[bytes | None]:
-    key = id(program)
-    cached = _param_digests.get(key)
-    if cached is None:
-        if key not in _layouts:
-            weakref.finalize(program, _forget, key)
-        cached = _param_digests[key] = [None] * len(program.model.params)
-    return cached
-
-
 class Tracer:
     """An execution observer that hashes each tensor once, as it is produced."""
 
@@ -134,7 +131,7 @@ class Tracer:
         self._pending: deque[tuple[int, int, Future[bytes]]] = deque()  # (tensor, its bytes, its hash), in order
         self._backlog = 0
         self._first_param = len(program.model.inputs)
-        self._params = _params_of(program)
+        self._params = _cached(program).params
         self._fresh_params: list[int] = []
 
     def __call__(self, tensor: int, value: np.ndarray) -> None:
