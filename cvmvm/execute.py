@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from isa.errors import InputError, InternalError
-from isa.types import DTYPES, INT32, TensorType, clip_to_precision, precision_bound
+from isa.types import DTYPES, INT32, TensorType, clip_to_precision, precision_bound, vm_dtype
 from cvmvm.verify import Program
 
 # Called with (tensor id, array) for every tensor as it comes into existence:
@@ -32,10 +32,9 @@ def prepare_input(name: str, t: TensorType, value: object) -> np.ndarray:
             raise InputError("dtype", f"input {name}: dtype {value.dtype} is not an integer type")
         wide = value.astype(np.int64) if value.dtype != np.uint64 else np.minimum(value, np.iinfo(np.int64).max).astype(np.int64)
         return np.ascontiguousarray(clip_to_precision(wide, t.precision))
-    expected = DTYPES[t.dtype]
-    if value.dtype.newbyteorder("<") != expected:
+    if vm_dtype(value.dtype) != t.dtype:
         raise InputError("dtype", f"input {name}: dtype {value.dtype} must be {t.dtype}")
-    return np.ascontiguousarray(value, dtype=expected)
+    return np.ascontiguousarray(value, dtype=DTYPES[t.dtype])
 
 
 def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
