@@ -33,6 +33,19 @@ def maxpool_cases() -> list[dict[str, Any]]:
     return list(read_jsonl_gz(FIXTURES / "reference" / "maxpool" / "cases.jsonl.gz"))
 
 
+def case_params(case: dict[str, Any]) -> bytes | None:
+    """A Cortex reference case's params file, or None when it has none."""
+    return base64.b64decode(case["params_b64"]) if case["params_b64"] is not None else None
+
+
+def case_inputs(case: dict[str, Any], input_names: Any) -> dict[str, np.ndarray]:
+    """The case's ``data`` input (raw, before clipping), when it has one and the model takes it."""
+    d = case["data"]
+    if d is None or "data" not in input_names:
+        return {}
+    return {"data": decode_array(d["int32_le_b64"], "<i4", d["shape"])}
+
+
 def decode_array(b64: str, dtype: str, shape: list[int]) -> np.ndarray:
     """Raw little-endian bytes (base64) -> array of the explicit little-endian dtype."""
     dt = np.dtype(dtype).newbyteorder("<")

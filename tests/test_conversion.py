@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 
 import cvmvm
 from serializer import cortex
-from tests.reference import cvm_cases, decode_array
+from tests.reference import case_inputs, case_params, cvm_cases
 
 OK = [c for c in cvm_cases() if c["expect"]["cvmvm"]["status"] == "ok"]
 
 
 @pytest.mark.parametrize("case", OK, ids=[c["id"] for c in OK])
 def test_cortex_native_cortex_round_trip(case):
-    params = base64.b64decode(case["params_b64"]) if case["params_b64"] is not None else None
-    original = cvmvm.load_cortex(case["graph"], params)
+    original = cvmvm.load_cortex(case["graph"], case_params(case))
     native = cvmvm.load(original.canonical_bytes)
     assert native.model_hash == original.model_hash and native.ops == original.ops
 
@@ -24,9 +21,6 @@ def test_cortex_native_cortex_round_trip(case):
     back = cvmvm.load_cortex(cortex.graph_to_json_bytes(graph), blob)
     assert back.canonical_bytes == original.canonical_bytes
 
-    inputs = {}
-    if "data" in original.inputs:
-        d = case["data"]
-        inputs["data"] = decode_array(d["int32_le_b64"], "<i4", d["shape"])
+    inputs = case_inputs(case, original.inputs)
     runs = [m.run(inputs, trace=True) for m in (original, native, back)]
     assert len({(r.output_hash, r.trace.root) for r in runs}) == 1

@@ -7,7 +7,6 @@ produce; the reference cases and models then pin the round trip.
 
 from __future__ import annotations
 
-import base64
 import copy
 import dataclasses
 import gzip
@@ -27,7 +26,7 @@ from serializer import cortex, limits
 from serializer.cortex import (CortexLayout, decode_attr, graph_to_json_bytes, op_name, read_cortex,
                                write_cortex)
 from serializer.model import Input, Instr, Model, Param
-from tests.reference import FIXTURES, cvm_cases
+from tests.reference import FIXTURES, case_params, cvm_cases
 
 PARAMS_MAGIC = 0xF7E58D4F05049CB7
 ARRAY_MAGIC = 0xDD5E40F096B4A13F
@@ -837,10 +836,6 @@ def test_corrupted_params_never_crash(data):
 CASES = cvm_cases()
 
 
-def _params(case):
-    return base64.b64decode(case["params_b64"]) if case["params_b64"] is not None else None
-
-
 # What read_cortex itself must reject, by rule (not the op rules left to verification).
 FORMAT_ERRORS = {
     "error/broadcast_add/param-out-of-precision-1": "invalid.param",
@@ -894,7 +889,7 @@ def test_format_error_table_names_real_error_cases():
 @pytest.mark.parametrize("case_id", sorted(FORMAT_ERRORS))
 def test_reference_format_errors(case_id):
     (case,) = [c for c in CASES if c["id"] == case_id]
-    assert code_of(case["graph"], _params(case)) == FORMAT_ERRORS[case_id]
+    assert code_of(case["graph"], case_params(case)) == FORMAT_ERRORS[case_id]
 
 
 def _loaded_cases():
@@ -902,7 +897,7 @@ def _loaded_cases():
     out = []
     for case in CASES:
         try:
-            out.append((case, read_cortex(case["graph"], _params(case))))
+            out.append((case, read_cortex(case["graph"], case_params(case))))
         except CvmError:
             assert case["expect"]["cvmvm"]["status"] == "error", case["id"]
     return out
@@ -918,12 +913,12 @@ def test_most_reference_cases_load():
 
 def test_reference_cases_round_trip_exactly():
     for case, model in LOADED:
-        assert write_cortex(model) == (case["graph"], _params(case)), case["id"]
+        assert write_cortex(model) == (case["graph"], case_params(case)), case["id"]
 
 
 def test_reference_cases_read_the_same_from_json_bytes():
     for case, model in LOADED:
-        again = read_cortex(graph_to_json_bytes(case["graph"]), _params(case))
+        again = read_cortex(graph_to_json_bytes(case["graph"]), case_params(case))
         assert again == model, case["id"]
         assert json.loads(graph_to_json_bytes(case["graph"])) == case["graph"]
 

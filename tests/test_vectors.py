@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 
 import numpy as np
 import pytest
 
 import cvmvm
-from tests.reference import cvm_cases, decode_array
+from tests.reference import case_inputs, case_params, cvm_cases, decode_array
 
 CASES = cvm_cases()
 
@@ -28,13 +27,8 @@ ERRATA = {
 
 
 def run_case(case):
-    params = base64.b64decode(case["params_b64"]) if case["params_b64"] is not None else None
-    model = cvmvm.load_cortex(case["graph"], params)
-    inputs = {}
-    if case["data"] is not None and "data" in model.inputs:
-        d = case["data"]
-        inputs["data"] = decode_array(d["int32_le_b64"], "<i4", d["shape"])
-    return model, model.run(inputs)
+    model = cvmvm.load_cortex(case["graph"], case_params(case))
+    return model, model.run(case_inputs(case, model.inputs))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
