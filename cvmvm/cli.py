@@ -165,6 +165,17 @@ def cmd_demo(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     return EXIT_OK, info, demo.render(info)
 
 
+def model_args(p: argparse.ArgumentParser, flag: str = "model") -> None:
+    """A MODEL (positional ``model``, or a required option such as ``--model``) and its --params."""
+    extra = {"required": True} if flag.startswith("-") else {}
+    p.add_argument(flag, help="native model (.cvm) or Cortex graph JSON", **extra)
+    p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
+
+
+def input_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input array (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cvmvm", description="Deterministic integer VM for Cortex (CVM) models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -175,17 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         return p
 
-    def model_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("model", help="native model (.cvm) or Cortex graph JSON")
-        p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
-
     p = command("verify", cmd_verify, "verify a model statically; print ops, gas, input and output types")
     model_args(p)
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
 
     p = command("run", cmd_run, "verify and run a model on .npy inputs; print output hash, trace root, ops")
     model_args(p)
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input array (repeatable)")
+    input_arg(p)
     p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor hash) as JSON")
     p.add_argument("--save-outputs", metavar="DIR", help="write output_<k>.npy files into DIR")
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")

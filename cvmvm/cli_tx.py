@@ -22,13 +22,6 @@ Command = Callable[[str, Callable[..., Any], str], argparse.ArgumentParser]
 Reply = tuple[int, dict[str, Any], str]
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="native model (.cvm) or Cortex graph JSON")
-    p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
-
-
-def _input_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input array (repeatable)")
 
 
 def _signer(path: str | None) -> bytes | None:
@@ -172,16 +165,15 @@ def cmd_check_step(args: argparse.Namespace) -> Reply:
 def add_commands(command: Command) -> None:
     p = command("check-receipt", cmd_check_receipt, "re-execute a receipt's run and report, field by field, what matches")
     p.add_argument("receipt", help="receipt file (cvmvm run --receipt)")
-    _model_args(p)
-    _input_arg(p)
+    cli.model_args(p, "--model")
+    cli.input_arg(p)
     p.add_argument("--signer", metavar="PUBKEY", help="require this Ed25519 signer (PEM or raw 32-byte public key)")
 
     p = command("store", cmd_store_list, "a model store: a directory of native models named by model hash")
     actions = p.add_subparsers(dest="store_command", required=True)
     add = actions.add_parser("add", help="add a Cortex or native model; print its hash")
     add.add_argument("dir", help="store directory (created if missing)")
-    add.add_argument("model", help="native model (.cvm) or Cortex graph JSON")
-    add.add_argument("--params", help="Cortex params binary (with a graph JSON)")
+    cli.model_args(add)
     add.set_defaults(func=cmd_store_add)
     listing = actions.add_parser("list", help="list the stored models, each re-hashed")
     listing.add_argument("dir", help="store directory")
@@ -204,9 +196,8 @@ def add_commands(command: Command) -> None:
     p.add_argument("trace_b", help="trace file (cvmvm run --trace)")
 
     p = command("prove-step", cmd_prove_step, "write a proof of one instruction of a run against its trace root")
-    p.add_argument("model", help="native model (.cvm) or Cortex graph JSON")
-    p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
-    _input_arg(p)
+    cli.model_args(p)
+    cli.input_arg(p)
     p.add_argument("--step", type=int, required=True, help="the instruction's index")
     p.add_argument("--out", required=True, help="proof file to write")
 
