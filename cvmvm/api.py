@@ -37,6 +37,7 @@ class Model:
     def __init__(self, program: Program, canonical: bytes | None = None) -> None:
         self.program = program
         self._canonical = canonical
+        self._hash: bytes | None = None
 
     @property
     def canonical_bytes(self) -> bytes:
@@ -47,7 +48,10 @@ class Model:
 
     @property
     def model_hash(self) -> bytes:
-        return hashlib.sha256(self.canonical_bytes).digest()
+        # Every traced run commits to it: hashed once, not once per run (perf-large is 11 MB).
+        if self._hash is None:
+            self._hash = hashlib.sha256(self.canonical_bytes).digest()
+        return self._hash
 
     @property
     def ops(self) -> int:
