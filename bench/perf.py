@@ -93,7 +93,7 @@ def _timed(fn) -> float:
 def op_shares(program, feeds: dict, runs: int) -> dict[str, float]:
     """Median seconds per op kind of an untraced run: the time between consecutive
     instruction outputs (kernel plus output check), taken by an observer."""
-    from cvmvm.execute import execute
+    from cvmvm.vm.execute import execute
     owner = {t: step.op.name for step in program.steps for t in step.outputs}
     per_kind: dict[str, list[float]] = defaultdict(list)
     for _ in range(runs):
@@ -119,7 +119,7 @@ def per_run_tensors(program) -> list[int]:
 
 def hashing_seconds(program, feeds: dict) -> float:
     """Hashing one run's tensors in the calling thread, one after another."""
-    from cvmvm.execute import execute
+    from cvmvm.vm.execute import execute
     from serializer.hashing import tensor_hash
     wanted = set(per_run_tensors(program))
     values: list = []
@@ -162,8 +162,8 @@ def bench_digits(runs: int, batch: int) -> dict:
     import numpy as np
     sys.path.insert(0, str(REPO / "fixtures"))
     import generate
-    from cvmvm import replay
-    from cvmvm.api import Model
+    from cvmvm.tx import replay
+    from cvmvm.vm.api import Model
     model = generate.load_fixture_model("digits")
     images = generate.load_fixture_inputs("digits")
     want = np.load(REPO / "fixtures" / "models" / "digits" / "expected_outputs.npy")

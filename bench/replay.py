@@ -3,7 +3,7 @@
     python bench/replay.py [--count 10000] [--workers 1 2] [--ray]
 
 Generates the digits transactions of scripts/make_txs.py into a temporary
-directory, then times ``cvmvm.replay.replay`` over them: signed receipts (an
+directory, then times ``cvmvm.tx.replay.replay`` over them: signed receipts (an
 Ed25519 verification each) and the same transactions with unsigned receipts,
 in this process and with worker processes (pool start-up included).  Prints
 numbers; asserts nothing.
@@ -38,8 +38,8 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from cvmvm import replay
-    from cvmvm.store import Store
+    from cvmvm.tx import replay
+    from cvmvm.tx.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

@@ -10,7 +10,7 @@ import os
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from isa.errors import CvmError, InputError, InternalError, InvalidError, LimitError, MalformedError  # noqa: E402
-from cvmvm.api import Limits, Model, Result, load, load_cortex, run_op  # noqa: E402
+from cvmvm.vm.api import Limits, Model, Result, load, load_cortex, run_op  # noqa: E402
 
 __all__ = ["CvmError", "MalformedError", "InvalidError", "InputError", "LimitError", "InternalError",
            "Limits", "Model", "Result", "load", "load_cortex", "run_op"]

@@ -1,5 +1,5 @@
 import sys
 
-from cvmvm.cli import main
+from cvmvm.cli.main import main
 
 sys.exit(main())

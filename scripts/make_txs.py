@@ -57,8 +57,9 @@ def _flip(digest: bytes) -> bytes:
 def generate(out: Path, count: int) -> dict:
     """Write the store, the transactions, the expectations and the public key; return the expectations."""
     # Imported here: run as a script, the repository is put on sys.path first.
-    from cvmvm import load_cortex, receipt, replay
-    from cvmvm.store import Store
+    from cvmvm import load_cortex
+    from cvmvm.tx import receipt, replay
+    from cvmvm.tx.store import Store
 
     model = load_cortex(gzip.decompress((DIGITS / "graph.json.gz").read_bytes()),
                         gzip.decompress((DIGITS / "params.bin.gz").read_bytes()))

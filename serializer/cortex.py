@@ -6,7 +6,7 @@ shared/cvm-reference/README.md.  Reading is strict where the runtime is lax:
 exact key sets at every level, exact JSON types (a bool is not an int), every
 count and length in the params binary checked against the bytes left before
 anything is allocated.  Verification (shape and precision inference, cost)
-is not done here: ``cvmvm.verify`` does it on the Model this returns.
+is not done here: ``cvmvm.vm.verify`` does it on the Model this returns.
 
 Error codes: bytes and structure that do not decode are ``malformed.graph_json``,
 ``malformed.params`` and ``malformed.attr``; a well-formed file that breaks a

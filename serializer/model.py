@@ -2,7 +2,7 @@
 
 Tensor ids are dense and positional: inputs take [0, I), params [I, I + P),
 then each instruction's outputs take the next ids in program order.  A Model
-is only a structure; ``cvmvm.verify`` decides whether it is a valid program.
+is only a structure; ``cvmvm.vm.verify`` decides whether it is a valid program.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from isa.spec import OpDef
 from isa.table import OP_BY_NAME, OPS
 from isa.types import TensorType
 from serializer.model import Input, Instr, Model
-from cvmvm.verify import Program, verify
+from cvmvm.vm.verify import Program, verify
 
 
 def family(module: ModuleType) -> tuple[OpDef, ...]:

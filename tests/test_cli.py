@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cvmvm.cli import EXIT_CODES, main
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 DIGITS = REPO / "fixtures" / "models" / "digits"

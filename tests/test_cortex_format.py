@@ -374,7 +374,7 @@ def test_dltype_must_be_a_vm_dtype(version):
 
 
 def test_dltype_of_an_operator_entry_is_declared_and_checked_at_verification():
-    from cvmvm.verify import verify
+    from cvmvm.vm.verify import verify
     g = relu_graph()
     g["attrs"]["dltype"][1] = ["int32", "float32"]
     model = read_cortex(g)

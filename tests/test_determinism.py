@@ -56,7 +56,7 @@ def test_maxpool_float_inputs_byteswapped_hash_the_same():
             continue
         x = decode_array(case["x"]["b64"], case["x"]["dtype"], case["x"]["shape"])
         swapped = x.astype(x.dtype.newbyteorder(">"))
-        model, _ = cvmvm.api.single_op_model("max_pool", [x], case["attrs"])
+        model, _ = cvmvm.vm.api.single_op_model("max_pool", [x], case["attrs"])
         assert generate.golden_record(case["id"], model, {"in0": swapped}) == wants[case["id"]]
         checked += 1
     assert checked > 50

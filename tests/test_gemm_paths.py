@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cvmvm
-from cvmvm.api import single_op_model
-from cvmvm.disasm import listing
+from cvmvm.vm.api import single_op_model
+from cvmvm.vm.disasm import listing
 from isa.attrs import parse_attrs
 from isa.errors import Rejected
 from isa.ops import elemwise, nn

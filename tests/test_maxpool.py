@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cvmvm
-from cvmvm.verify import verify
+from cvmvm.vm.verify import verify
 from isa.attrs import parse_attrs
 from isa.errors import CvmError, Rejected
 from isa.ops.pool import MAX_POOL, MaxPoolAttrs, _floor_sum, first_empty_window, max_pool_geometry

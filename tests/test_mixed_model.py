@@ -13,8 +13,8 @@ from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer import cortex, native
 from serializer.model import Input, Instr, Model, Param
-from cvmvm.api import Model as VmModel
-from cvmvm.verify import verify
+from cvmvm.vm.api import Model as VmModel
+from cvmvm.vm.verify import verify
 
 MAXPOOL_ATTRS = {"kernel_shape": "(2, 2)", "strides": "(2, 2)", "dilations": "(1, 1)", "pads": "(0, 0, 0, 0)",
                  "auto_pad": "NOTSET", "ceil_mode": "0", "storage_order": "0", "index_axis": "0",

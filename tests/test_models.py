@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "fixtures"))
 
 import generate  # noqa: E402  (fixtures/ is data plus its generator script, not a package)
 
-from cvmvm.execute import execute  # noqa: E402
+from cvmvm.vm.execute import execute  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -924,7 +924,7 @@ def test_int32_precision_out_of_range(precision):
 
 
 def test_int32_without_precision_is_raw_int32_and_only_max_pool_takes_it():
-    from cvmvm.verify import verify
+    from cvmvm.vm.verify import verify
     model = native.decode(edited(("inputs", 0, "precision"), None))
     assert model.inputs[0].type.precision is None and model.inputs[0].type.dtype == "int32"
     with pytest.raises(CvmError) as e:

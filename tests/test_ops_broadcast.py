@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cvmvm.verify import verify
+from cvmvm.vm.verify import verify
 from isa.errors import Rejected
 from isa.ops import broadcast as B
 from isa.ops.elemwise import NoAttrs

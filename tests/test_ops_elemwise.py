@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import cvmvm
-from cvmvm.verify import verify
+from cvmvm.vm.verify import verify
 from isa.attrs import parse_attrs
 from isa.ops import elemwise as E
 from isa.table import OP_BY_NAME

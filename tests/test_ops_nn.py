@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cvmvm.verify import Program
+from cvmvm.vm.verify import Program
 from isa.attrs import parse_attrs
 from isa.ops import nn
 from isa.types import TensorType

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cvmvm.verify import verify
+from cvmvm.vm.verify import verify
 from isa.attrs import parse_attrs
 from isa.ops.reduce import ReduceAttrs
 from isa.table import OP_BY_NAME

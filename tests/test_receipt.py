@@ -18,10 +18,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from cvmvm import receipt
-from cvmvm.api import Model
-from cvmvm.cli import EXIT_CODES, main
-from cvmvm.verify import verify
+from cvmvm.tx import receipt
+from cvmvm.vm.api import Model
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.cli.main import main
+from cvmvm.vm.verify import verify
 from isa.attrs import parse_attrs
 from isa.errors import CvmError
 from isa.table import OP_BY_NAME

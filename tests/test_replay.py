@@ -11,10 +11,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from cvmvm import receipt, replay
-from cvmvm.cli import EXIT_CODES
-from cvmvm.replay import Transaction
-from cvmvm.store import Store
+from cvmvm.tx import receipt, replay
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.tx.replay import Transaction
+from cvmvm.tx.store import Store
 from isa.errors import CvmError
 from serializer.hashing import merkle_root, trace_root
 from tests.test_receipt import (KEY, REPO, build, cli_json, column_sum_model, digits_model, instr, mlp_model,
@@ -296,7 +296,7 @@ def test_cli_text_report_and_clean_exit(capsys, tmp_path, store):
     model = mlp_model()
     store.add(model)
     (tmp_path / "t.cvmtx").write_bytes(replay.encode_txs([honest(model, f) for f in random_inputs(model, 3, 5)]))
-    from cvmvm.cli import main
+    from cvmvm.cli.main import main
     assert main(["replay", str(tmp_path / "t.cvmtx"), "--store", str(store.root)]) == 0
     assert capsys.readouterr().out.splitlines() == ["3 transactions: 3 ok, 0 mismatch, 0 error"]
     assert main(["replay", str(tmp_path / "t.cvmtx"), "--store", str(store.root), "--all"]) == 0

@@ -8,11 +8,11 @@ import msgpack
 import numpy as np
 import pytest
 
-from cvmvm import stepproof
-from cvmvm.cli import EXIT_CODES
-from cvmvm.store import Store
-from cvmvm.trace import Tracer, trace_layout
-from cvmvm.execute import execute
+from cvmvm.tx import stepproof
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.tx.store import Store
+from cvmvm.vm.trace import Tracer, trace_layout
+from cvmvm.vm.execute import execute
 from isa.attrs import attr_fields
 from isa.errors import CvmError
 from isa.types import TensorType

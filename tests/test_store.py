@@ -7,8 +7,8 @@ import hashlib
 
 import pytest
 
-from cvmvm.cli import EXIT_CODES
-from cvmvm.store import Store
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.tx.store import Store
 from isa.errors import CvmError
 from tests.test_receipt import DIGITS, cli_json, mlp_model, pair_model
 

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from cvmvm import tracediff
-from cvmvm.cli import EXIT_CODES
-from cvmvm.trace import trace_bytes, trace_to_json
+from cvmvm.tx import tracediff
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.vm.trace import trace_bytes, trace_to_json
 from isa.errors import CvmError
 from serializer.hashing import KIND_NAMES, leaf_hash, merkle_root, trace_root
 from tests.test_receipt import cli_json, mlp_model, pair_model

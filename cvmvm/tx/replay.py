@@ -34,13 +34,13 @@ from serializer.hashing import (HASH_SIZE, canonical_array, merkle_root, outputs
                                 trace_root)
 from serializer.model import Input, Model as ModelIR
 from serializer.strict import Reader, pack, tensor_to_wire
-from cvmvm import receipt as receipts
-from cvmvm.api import Model, load
-from cvmvm.execute import execute, prepare_input
-from cvmvm.receipt import Receipt
-from cvmvm.store import Store
-from cvmvm.trace import trace_layout
-from cvmvm.verify import MAX_OPS, Program, Step, verify
+from cvmvm.tx import receipt as receipts
+from cvmvm.vm.api import Model, load
+from cvmvm.vm.execute import execute, prepare_input
+from cvmvm.tx.receipt import Receipt
+from cvmvm.tx.store import Store
+from cvmvm.vm.trace import trace_layout
+from cvmvm.vm.verify import MAX_OPS, Program, Step, verify
 
 TXS_FORMAT = "cvmvm-txs"
 TXS_VERSION = 1

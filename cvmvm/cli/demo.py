@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from cvmvm.api import load
+from cvmvm.vm.api import load
 
 
 def _resource(name: str) -> bytes:
-    return resources.files("cvmvm").joinpath("demo", name).read_bytes()
+    return resources.files("cvmvm.cli").joinpath("demo", name).read_bytes()
 
 
 def run_demo() -> dict[str, Any]:

@@ -1,33 +1,24 @@
-"""The ``cvmvm`` command line.
-
-Every command prints one clear line on failure, never a traceback, and exits
-with its error family's code (EXIT_CODES); ``--json`` prints one JSON object on
-stdout instead of text.
-"""
+"""The model commands: verify, run (with --receipt), convert, hash, disasm, ops, demo."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from isa.errors import CvmError, InputError
+from isa.errors import InputError
 from isa.table import ISA_VERSION
 from serializer import cortex, native
 from serializer.hashing import tensor_hash
-from cvmvm import cli_tx, demo, disasm, files
-from cvmvm.api import Model, load, load_cortex
-from cvmvm.trace import trace_bytes, trace_to_json
-
-EXIT_OK = 0
-EXIT_MISMATCH = 1   # the command ran, and what it checked does not hold
-EXIT_USAGE = 2      # argparse's own code for bad command lines
-EXIT_CODES = {"malformed": 3, "invalid": 4, "input": 5, "limit": 6, "internal": 7}
+from cvmvm import files
+from cvmvm.vm import disasm
+from cvmvm.vm.api import Model, Result, load, load_cortex
+from cvmvm.vm.trace import trace_bytes, trace_to_json
+from cvmvm.tx import receipt
+from cvmvm.cli import demo
+from cvmvm.cli.common import EXIT_OK, Command, Reply, input_arg, load_model, model_args, parse_inputs
 
 
 def _type_json(t: Any) -> dict[str, Any]:
@@ -39,30 +30,7 @@ def _type_text(t: Any) -> str:
     return f"{t.dtype}{list(t.shape)}{prec}"
 
 
-def load_model(path: str, params: str | None, ops_limit: int | None = None) -> Model:
-    """A native model file, or a Cortex graph JSON (with its params file)."""
-    data = files.read_bytes(path, "model")
-    if native.is_native(data):
-        if params:
-            raise InputError("argument", "--params is only for Cortex graph JSON models")
-        return load(data, ops_limit=ops_limit)
-    blob = files.read_bytes(params, "params") if params else None
-    return load_cortex(data, blob, ops_limit=ops_limit)
-
-
-def parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
-    inputs: dict[str, np.ndarray] = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise InputError("argument", f"--input {spec!r}: expected NAME=FILE.npy")
-        if name in inputs:
-            raise InputError("argument", f"--input {name} given twice")
-        inputs[name] = files.read_npy(path)
-    return inputs
-
-
-def cmd_verify(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+def cmd_verify(args: argparse.Namespace) -> Reply:
     model = load_model(args.model, args.params, args.ops_limit)
     info = {
         "model_hash": model.model_hash.hex(),
@@ -84,7 +52,7 @@ def _summary(t: Any, v: np.ndarray) -> dict[str, Any]:
     return {**_type_json(t), "min": lo, "max": hi}
 
 
-def cmd_run(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+def cmd_run(args: argparse.Namespace) -> Reply:
     model = load_model(args.model, args.params, args.ops_limit)
     inputs = parse_inputs(args.input)
     result = model.run(inputs, trace=True)
@@ -100,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
                for t, v, h in zip(model.output_types, result.outputs, result.output_hashes)]
     info = {"model_hash": model.model_hash.hex(), "output_hash": result.output_hash.hex(),
             "trace_root": result.trace.root.hex(), "ops": result.ops, "outputs": outputs,
-            "peak_tensor_bytes": result.peak_bytes, **cli_tx.run_receipt(args, model, result)}
+            "peak_tensor_bytes": result.peak_bytes, **run_receipt(args, model, result)}
     lines = [f"ok: ops {result.ops}",
              f"model hash  {info['model_hash']}",
              f"output hash {info['output_hash']}",
@@ -110,7 +78,22 @@ def cmd_run(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     return EXIT_OK, info, "\n".join(lines)
 
 
-def cmd_convert(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+# -- run --receipt: the run's receipt, optionally signed ---------------------------------
+
+def run_receipt(args: argparse.Namespace, model: Model, result: Result) -> dict[str, Any]:
+    """For cmd_run: write the receipt when --receipt is given; the info entries to add."""
+    if args.receipt is None:
+        if args.sign is not None:
+            raise InputError("argument", "--sign needs --receipt")
+        return {}
+    r = receipt.make_receipt(model, result)
+    if args.sign is not None:
+        r = receipt.sign(r, receipt.load_private_key(files.read_bytes(args.sign, "key"), args.sign))
+    files.write_atomic(args.receipt, receipt.encode(r))
+    return {"receipt": args.receipt, "signer": None if r.signer is None else r.signer.public_key.hex()}
+
+
+def cmd_convert(args: argparse.Namespace) -> Reply:
     data = files.read_bytes(args.source, "model")
     if native.is_native(data):
         if args.params:
@@ -132,7 +115,7 @@ def cmd_convert(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     return EXIT_OK, info, f"wrote native model {args.out} (model hash {info['model_hash']})"
 
 
-def cmd_hash(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+def cmd_hash(args: argparse.Namespace) -> Reply:
     if args.target.endswith(".npy") and not args.params:
         value = files.read_npy(args.target)
         try:
@@ -146,13 +129,13 @@ def cmd_hash(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     return EXIT_OK, info, f"model hash {info['model_hash']}"
 
 
-def cmd_disasm(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+def cmd_disasm(args: argparse.Namespace) -> Reply:
     model = load_model(args.model, args.params)
     rows = disasm.listing(model.program)
     return EXIT_OK, {"model_hash": model.model_hash.hex(), "lines": rows}, "\n".join(rows)
 
 
-def cmd_ops(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+def cmd_ops(args: argparse.Namespace) -> Reply:
     table = disasm.op_table()
     text = "\n".join(f"{o['code']:3d} {o['name']:<22} in {','.join(o['inputs']) or '*'}  "
                      f"out {','.join(o['outputs'])}  attrs {' '.join(a['name'] for a in o['attrs']) or '-'}"
@@ -160,32 +143,12 @@ def cmd_ops(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     return EXIT_OK, {"isa": ISA_VERSION, "ops": table}, f"ISA version {ISA_VERSION}\n" + text
 
 
-def cmd_demo(args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+def cmd_demo(args: argparse.Namespace) -> Reply:
     info = demo.run_demo()
     return EXIT_OK, info, demo.render(info)
 
 
-def model_args(p: argparse.ArgumentParser, flag: str = "model") -> None:
-    """A MODEL (positional ``model``, or a required option such as ``--model``) and its --params."""
-    extra = {"required": True} if flag.startswith("-") else {}
-    p.add_argument(flag, help="native model (.cvm) or Cortex graph JSON", **extra)
-    p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
-
-
-def input_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input array (repeatable)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cvmvm", description="Deterministic integer VM for Cortex (CVM) models.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str, func: Callable[..., Any], help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
-        p.set_defaults(func=func)
-        p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        return p
-
+def add_commands(command: Command) -> None:
     p = command("verify", cmd_verify, "verify a model statically; print ops, gas, input and output types")
     model_args(p)
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
@@ -196,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor hash) as JSON")
     p.add_argument("--save-outputs", metavar="DIR", help="write output_<k>.npy files into DIR")
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
-    cli_tx.add_run_options(p)
+    p.add_argument("--receipt", metavar="FILE", help="write the run's receipt (docs/FORMAT.md section 6)")
+    p.add_argument("--sign", metavar="KEY", help="sign the receipt with this Ed25519 private key (PEM or raw 32 bytes)")
 
     p = command("convert", cmd_convert, "convert Cortex (graph JSON + params) <-> native, by the input's type")
     p.add_argument("source", help="native model, or Cortex graph JSON")
@@ -211,34 +175,5 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("disasm", cmd_disasm, "list a model's instructions with shapes, precisions and costs")
     model_args(p)
 
-    cli_tx.add_commands(command)
     command("ops", cmd_ops, "print the ISA table: op codes, inputs, outputs, attributes")
     command("demo", cmd_demo, "classify the bundled digits with the bundled model")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        code, info, text = args.func(args)
-    except CvmError as e:
-        if getattr(args, "json", False):
-            print(json.dumps({"error": e.code, "message": e.message}))
-        print(f"cvmvm: error {e.code}: {e.message}", file=sys.stderr)
-        return EXIT_CODES[e.family]
-    except KeyboardInterrupt:
-        print("cvmvm: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # a VM bug: still one line, in the internal family
-        print(f"cvmvm: error internal.bug: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_CODES["internal"]
-    try:
-        print(json.dumps(info, sort_keys=True) if args.json else text)
-        sys.stdout.flush()
-    except BrokenPipeError:  # e.g. piped into `head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,27 +1,16 @@
-"""The transaction commands of the ``cvmvm`` command line.
-
-check-receipt, store, replay, diff, prove-step and check-step, added to the
-main parser by ``add_commands``; and the ``--receipt``/``--sign`` options of
-``cvmvm run`` (``add_run_options``, ``run_receipt``).  Each command follows
-cvmvm.cli's conventions: it returns (exit code, JSON info, text) and raises
-CvmError for failures, which main() maps to exit codes.
-"""
+"""The transaction commands: check-receipt, store, replay, diff, prove-step, check-step."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable
 
 from isa.errors import InputError
-from cvmvm import cli, files, receipt, replay, stepproof, tracediff
-from cvmvm.api import Model, Result
-from cvmvm.store import Store
-
-Command = Callable[[str, Callable[..., Any], str], argparse.ArgumentParser]
-Reply = tuple[int, dict[str, Any], str]
-
-
+from cvmvm import files
+from cvmvm.tx import receipt, replay, stepproof, tracediff
+from cvmvm.tx.store import Store
+from cvmvm.cli.common import (EXIT_MISMATCH, EXIT_OK, Command, Reply, input_arg, load_model, model_args,
+                              parse_inputs)
 
 
 def _signer(path: str | None) -> bytes | None:
@@ -38,32 +27,12 @@ def _hash_arg(text: str, what: str) -> bytes:
     return digest
 
 
-# -- run --receipt --------------------------------------------------------------------
-
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--receipt", metavar="FILE", help="write the run's receipt (docs/FORMAT.md section 6)")
-    p.add_argument("--sign", metavar="KEY", help="sign the receipt with this Ed25519 private key (PEM or raw 32 bytes)")
-
-
-def run_receipt(args: argparse.Namespace, model: Model, result: Result) -> dict[str, Any]:
-    """For cmd_run: write the receipt when --receipt is given; the info entries to add."""
-    if args.receipt is None:
-        if args.sign is not None:
-            raise InputError("argument", "--sign needs --receipt")
-        return {}
-    r = receipt.make_receipt(model, result)
-    if args.sign is not None:
-        r = receipt.sign(r, receipt.load_private_key(files.read_bytes(args.sign, "key"), args.sign))
-    files.write_atomic(args.receipt, receipt.encode(r))
-    return {"receipt": args.receipt, "signer": None if r.signer is None else r.signer.public_key.hex()}
-
-
 # -- check-receipt ---------------------------------------------------------------------
 
 def cmd_check_receipt(args: argparse.Namespace) -> Reply:
     claimed = receipt.decode(files.read_bytes(args.receipt, "receipt", receipt.MAX_RECEIPT_BYTES))
-    model = cli.load_model(args.model, args.params)
-    actual = receipt.make_receipt(model, model.run(cli.parse_inputs(args.input), trace=True))
+    model = load_model(args.model, args.params)
+    actual = receipt.make_receipt(model, model.run(parse_inputs(args.input), trace=True))
     checks = receipt.check(claimed, actual, _signer(args.signer))
     ok = all(c.ok for c in checks)
     info = {"match": ok, "fields": [{"field": c.field, "match": c.ok, "claimed": c.claimed, "actual": c.actual}
@@ -71,15 +40,15 @@ def cmd_check_receipt(args: argparse.Namespace) -> Reply:
     lines = [f"{'match   ' if c.ok else 'MISMATCH'} {c.field}" + ("" if c.ok else f": claimed {c.claimed}, actual {c.actual}")
              for c in checks]
     lines.append("receipt matches" if ok else "receipt does NOT match")
-    return (cli.EXIT_OK if ok else cli.EXIT_MISMATCH), info, "\n".join(lines)
+    return (EXIT_OK if ok else EXIT_MISMATCH), info, "\n".join(lines)
 
 
 # -- store ------------------------------------------------------------------------------
 
 def cmd_store_add(args: argparse.Namespace) -> Reply:
     store = Store(args.dir)
-    digest = store.add(cli.load_model(args.model, args.params))
-    return cli.EXIT_OK, {"model_hash": digest.hex(), "path": str(store.path(digest))}, digest.hex()
+    digest = store.add(load_model(args.model, args.params))
+    return EXIT_OK, {"model_hash": digest.hex(), "path": str(store.path(digest))}, digest.hex()
 
 
 def cmd_store_list(args: argparse.Namespace) -> Reply:
@@ -89,7 +58,7 @@ def cmd_store_list(args: argparse.Namespace) -> Reply:
              for e in entries]
     lines.append(f"{len(entries)} models")
     intact = all(e.intact for e in entries)
-    return (cli.EXIT_OK if intact else cli.EXIT_MISMATCH), {"models": rows}, "\n".join(lines)
+    return (EXIT_OK if intact else EXIT_MISMATCH), {"models": rows}, "\n".join(lines)
 
 
 # -- replay -------------------------------------------------------------------------------
@@ -116,7 +85,7 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
     summary = replay.summary(outcomes)
     info = {"summary": summary, "results": [o.to_json() for o in outcomes]}
     clean = summary["ok"] == summary["total"]
-    return (cli.EXIT_OK if clean else cli.EXIT_MISMATCH), info, "\n".join(replay.iter_lines(outcomes, args.all))
+    return (EXIT_OK if clean else EXIT_MISMATCH), info, "\n".join(replay.iter_lines(outcomes, args.all))
 
 
 # -- diff ---------------------------------------------------------------------------------
@@ -125,18 +94,18 @@ def cmd_diff(args: argparse.Namespace) -> Reply:
     a = tracediff.load_trace(files.read_bytes(args.trace_a, "trace"), args.trace_a)
     b = tracediff.load_trace(files.read_bytes(args.trace_b, "trace"), args.trace_b)
     report = tracediff.diff(a, b)
-    return (cli.EXIT_OK if report["same"] else cli.EXIT_MISMATCH), report, tracediff.render(report)
+    return (EXIT_OK if report["same"] else EXIT_MISMATCH), report, tracediff.render(report)
 
 
 # -- step proofs --------------------------------------------------------------------------
 
 def cmd_prove_step(args: argparse.Namespace) -> Reply:
-    model = cli.load_model(args.model, args.params)
-    proof, root = stepproof.prove_step(model, cli.parse_inputs(args.input), args.step)
+    model = load_model(args.model, args.params)
+    proof, root = stepproof.prove_step(model, parse_inputs(args.input), args.step)
     files.write_atomic(args.out, stepproof.encode(proof))
     info = {"proof": args.out, "step": proof.step, "op": proof.op, "trace_root": root.hex(),
             "model_hash": model.model_hash.hex()}
-    return cli.EXIT_OK, info, f"wrote proof of instruction {proof.step} ({proof.op}) to {args.out}\ntrace root {root.hex()}"
+    return EXIT_OK, info, f"wrote proof of instruction {proof.step} ({proof.op}) to {args.out}\ntrace root {root.hex()}"
 
 
 def cmd_check_step(args: argparse.Namespace) -> Reply:
@@ -148,7 +117,7 @@ def cmd_check_step(args: argparse.Namespace) -> Reply:
         raise InputError("argument", "--params goes with --model")
     model = None
     if args.model is not None:
-        model = cli.load_model(args.model, args.params)
+        model = load_model(args.model, args.params)
     elif args.store is not None:
         model = Store(args.store).get(proof.model_hash)
     checks = stepproof.check_step(proof, root, model)
@@ -157,7 +126,7 @@ def cmd_check_step(args: argparse.Namespace) -> Reply:
             "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]}
     lines = [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in checks]
     lines.append(f"proof of instruction {proof.step} ({proof.op}) is {'valid' if ok else 'INVALID'}")
-    return (cli.EXIT_OK if ok else cli.EXIT_MISMATCH), info, "\n".join(lines)
+    return (EXIT_OK if ok else EXIT_MISMATCH), info, "\n".join(lines)
 
 
 # -- the parser -----------------------------------------------------------------------------
@@ -165,15 +134,15 @@ def cmd_check_step(args: argparse.Namespace) -> Reply:
 def add_commands(command: Command) -> None:
     p = command("check-receipt", cmd_check_receipt, "re-execute a receipt's run and report, field by field, what matches")
     p.add_argument("receipt", help="receipt file (cvmvm run --receipt)")
-    cli.model_args(p, "--model")
-    cli.input_arg(p)
+    model_args(p, "--model")
+    input_arg(p)
     p.add_argument("--signer", metavar="PUBKEY", help="require this Ed25519 signer (PEM or raw 32-byte public key)")
 
     p = command("store", cmd_store_list, "a model store: a directory of native models named by model hash")
     actions = p.add_subparsers(dest="store_command", required=True)
     add = actions.add_parser("add", help="add a Cortex or native model; print its hash")
     add.add_argument("dir", help="store directory (created if missing)")
-    cli.model_args(add)
+    model_args(add)
     add.set_defaults(func=cmd_store_add)
     listing = actions.add_parser("list", help="list the stored models, each re-hashed")
     listing.add_argument("dir", help="store directory")
@@ -196,8 +165,8 @@ def add_commands(command: Command) -> None:
     p.add_argument("trace_b", help="trace file (cvmvm run --trace)")
 
     p = command("prove-step", cmd_prove_step, "write a proof of one instruction of a run against its trace root")
-    cli.model_args(p)
-    cli.input_arg(p)
+    model_args(p)
+    input_arg(p)
     p.add_argument("--step", type=int, required=True, help="the instruction's index")
     p.add_argument("--out", required=True, help="proof file to write")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from isa.errors import MalformedError
 from serializer.hashing import HASH_SIZE, KIND_NAMES, leaf_hash, merkle_root, trace_root
-from cvmvm.trace import read_trace
+from cvmvm.vm.trace import read_trace
 
 _INSTR = KIND_NAMES.index("instr")
 

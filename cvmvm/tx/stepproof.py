@@ -26,10 +26,10 @@ from serializer import native, strict
 from serializer.hashing import (HASH_SIZE, INPUT, INSTR, leaf_hash, merkle_proof, node_digest, root_from_proof,
                                 tensor_hash, trace_root)
 from serializer.strict import Reader, attrs_to_wire, pack, tensor_data
-from cvmvm.api import Model
-from cvmvm.execute import execute
-from cvmvm.trace import Tracer, trace_layout
-from cvmvm.verify import verify_instruction
+from cvmvm.vm.api import Model
+from cvmvm.vm.execute import execute
+from cvmvm.vm.trace import Tracer, trace_layout
+from cvmvm.vm.verify import verify_instruction
 
 PROOF_FORMAT = "cvmvm-step-proof"
 PROOF_VERSION = 1

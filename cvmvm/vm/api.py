@@ -16,9 +16,9 @@ from isa.types import INT32, TensorType, bitlen, vm_dtype
 from serializer import cortex, native
 from serializer.hashing import outputs_hash, tensor_hash
 from cvmvm import files
-from cvmvm.execute import execute
-from cvmvm.trace import Trace, Tracer
-from cvmvm.verify import Limits, Program, verify, verify_instruction
+from cvmvm.vm.execute import execute
+from cvmvm.vm.trace import Trace, Tracer
+from cvmvm.vm.verify import Limits, Program, verify, verify_instruction
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from isa.errors import InputError, MalformedError
 from cvmvm import files
-from cvmvm.api import Model, load
+from cvmvm.vm.api import Model, load
 
 SUFFIX = ".cvm"
 _NAME = re.compile(r"[0-9a-f]{64}\.cvm")

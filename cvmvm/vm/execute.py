@@ -14,7 +14,7 @@ import numpy as np
 
 from isa.errors import InputError, InternalError
 from isa.types import DTYPES, INT32, TensorType, clip_to_precision, precision_bound, vm_dtype
-from cvmvm.verify import Program
+from cvmvm.vm.verify import Program
 
 # Called with (tensor id, array) for every tensor as it comes into existence:
 # inputs, params, then each instruction's outputs in program order.

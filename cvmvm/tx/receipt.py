@@ -21,8 +21,8 @@ from isa.errors import MalformedError
 from serializer import strict
 from serializer.hashing import HASH_SIZE
 from serializer.strict import Reader, pack
-from cvmvm.api import Model, Result
-from cvmvm.verify import MAX_OPS
+from cvmvm.vm.api import Model, Result
+from cvmvm.vm.verify import MAX_OPS
 
 RECEIPT_FORMAT = "cvmvm-receipt"
 RECEIPT_VERSION = 1

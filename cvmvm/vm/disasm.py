@@ -8,7 +8,7 @@ from typing import Any
 from isa.attrs import attr_fields, attrs_to_dict
 from isa.table import OPS
 from isa.types import TensorType
-from cvmvm.verify import Program
+from cvmvm.vm.verify import Program
 
 
 def _t(t: TensorType) -> str:

@@ -29,7 +29,7 @@ from isa.errors import MalformedError
 from serializer import native
 from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, leaf_prefix, merkle_root, node_digest,
                                 tensor_hash, trace_root)
-from cvmvm.verify import Program
+from cvmvm.vm.verify import Program
 
 TRACE_FORMAT = "cvmvm-trace/1"
 
