@@ -162,7 +162,7 @@ def bench_digits(runs: int, batch: int) -> dict:
     import numpy as np
     sys.path.insert(0, str(REPO / "fixtures"))
     import generate
-    from cvmvm.tx import replay
+    from cvmvm.vm import batching
     from cvmvm.vm.api import Model
     model = generate.load_fixture_model("digits")
     images = generate.load_fixture_inputs("digits")
@@ -178,7 +178,7 @@ def bench_digits(runs: int, batch: int) -> dict:
         out[f"single_{'traced' if trace else 'untraced'}"] = {
             "images_per_s": len(images) / best, "exact": bool(np.array_equal(np.concatenate(got), want))}
     program = model.program
-    big = Model(replay.stacked_program(program, replay.batch_plan(program), batch))
+    big = Model(batching.stacked_program(program, batching.batch_plan(program), batch))
     stacked = np.concatenate(list(images[:batch]))
     for trace in (False, True):
         big.run({"data": stacked}, trace=trace)

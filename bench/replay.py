@@ -38,6 +38,7 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
+    from serializer.records import transactions
     from cvmvm.tx import replay
     from cvmvm.tx.store import Store
 
@@ -48,7 +49,7 @@ def main() -> int:
         print(f"generated {args.count} transactions ({len(expected['bad'])} bad) in {time.perf_counter() - start:.2f} s")
         data = (out / "txs.cvmtx").read_bytes()
         start = time.perf_counter()
-        signed = replay.decode_txs(data)
+        signed = transactions.decode_txs(data)
         took = time.perf_counter() - start
         print(f"decode {len(data) / 1e6:.1f} MB: {took:.3f} s, {len(signed) / took:,.0f} tx/s")
         unsigned = [dataclasses.replace(tx, receipt=dataclasses.replace(tx.receipt, signer=None)) for tx in signed]

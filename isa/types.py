@@ -36,6 +36,7 @@ def vm_dtype(dtype: np.dtype) -> str | None:
 MAX_RANK = 6
 MAX_DIM = 1 << 24
 MAX_SIZE = 1 << 30
+MAX_OPS = 1 << 40   # a program's total cost (verification), and a receipt's ops field
 MIN_PRECISION = 1
 MAX_PRECISION = 32
 

@@ -58,6 +58,7 @@ def generate(out: Path, count: int) -> dict:
     """Write the store, the transactions, the expectations and the public key; return the expectations."""
     # Imported here: run as a script, the repository is put on sys.path first.
     from cvmvm import load_cortex
+    from serializer.records import transactions
     from cvmvm.tx import receipt, replay
     from cvmvm.tx.store import Store
 
@@ -93,9 +94,9 @@ def generate(out: Path, count: int) -> dict:
                 tx_input, expect = x.astype(np.float32), {"status": "error", "error": "input.dtype"}
         if kind is not None:
             bad.append({"index": i, "kind": kind, **expect})
-        txs.append(replay.Transaction(tx_model, ((name, tx_input),), r))
+        txs.append(transactions.Transaction(tx_model, ((name, tx_input),), r))
 
-    (out / "txs.cvmtx").write_bytes(replay.encode_txs(txs))
+    (out / "txs.cvmtx").write_bytes(transactions.encode_txs(txs))
     (out / "signer.pub").write_bytes(key.public_key().public_bytes_raw())
     expected = {"count": count, "model_hash": model_hash.hex(), "bad": bad}
     (out / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")

@@ -11,9 +11,11 @@ import msgpack
 import numpy as np
 import pytest
 
+from serializer.records import transactions
+from serializer.records.transactions import Transaction
+from cvmvm.vm import batching
 from cvmvm.tx import receipt, replay
 from cvmvm.cli.common import EXIT_CODES
-from cvmvm.tx.replay import Transaction
 from cvmvm.tx.store import Store
 from isa.errors import CvmError
 from serializer.hashing import merkle_root, trace_root
@@ -45,21 +47,21 @@ def store(tmp_path):
 # -- the static batching decision --------------------------------------------------------------
 
 def test_batch_plans():
-    assert replay.batch_plan(mlp_model().program) == (True, False, False, False, True, True, True, True)
-    assert replay.batch_plan(pair_model().program) == (True, True, True, True)
-    assert replay.batch_plan(column_sum_model().program) is None
-    assert replay.batch_plan(reshape_model().program) == (True, False, True, True)
+    assert batching.batch_plan(mlp_model().program) == (True, False, False, False, True, True, True, True)
+    assert batching.batch_plan(pair_model().program) == (True, True, True, True)
+    assert batching.batch_plan(column_sum_model().program) is None
+    assert batching.batch_plan(reshape_model().program) == (True, False, True, True)
 
 
 def test_constant_operand_reaching_axis_0_is_not_batched():
     # A (2, 3) constant added to a (2, 3) input: stacking the input would misalign rows.
     m = build([Input("x", TensorType((2, 3), 8))], [param("k", [[1, 2, 3], [4, 5, 6]])],
               [instr("broadcast_add", (0, 1), 2)], [2])
-    assert replay.batch_plan(m.program) is None
+    assert batching.batch_plan(m.program) is None
     # Constant-only steps are computed once and shared.
     m = build([Input("x", TensorType((1, 3), 8))], [param("k", [[1, 2, 3]])],
               [instr("relu", (1,), 2), instr("broadcast_add", (0, 2), 3)], [3, 2])
-    assert replay.batch_plan(m.program) == (True, False, False, True)
+    assert batching.batch_plan(m.program) == (True, False, False, True)
 
 
 @pytest.mark.parametrize("op, attrs, ok", [
@@ -79,14 +81,14 @@ def test_row_rules(op, attrs, ok):
     except CvmError:
         assert not ok
         return
-    assert (replay.batch_plan(m.program) is not None) == ok
+    assert (batching.batch_plan(m.program) is not None) == ok
 
 
 @pytest.mark.parametrize("make", [mlp_model, pair_model, reshape_model])
 def test_stacked_program_types_are_the_scaled_single_types(make):
     program = make().program
-    plan = replay.batch_plan(program)
-    big = replay.stacked_program(program, plan, 5)
+    plan = batching.batch_plan(program)
+    big = batching.stacked_program(program, plan, 5)
     assert big is not None
     for t, b, s in zip(program.types, big.types, plan):
         assert b.shape == ((t.shape[0] * 5,) + t.shape[1:] if s else t.shape) and b.precision == t.precision
@@ -110,7 +112,7 @@ def test_batched_results_equal_one_by_one(make, batch):
 
 def test_digits_batched_equals_one_by_one():
     model = digits_model()
-    assert replay.batch_plan(model.program) is not None
+    assert batching.batch_plan(model.program) is not None
     images = np.load(REPO / "fixtures" / "models" / "digits" / "test_inputs.npy")[:24]
     got = replay.Replayer(lambda h: model, 10).execute(model.model_hash, [[x] for x in images])
     for x, r in zip(images, got):
@@ -207,22 +209,22 @@ def test_ray_gives_the_same_answer(store):
 def _wire(store) -> dict:
     model = pair_model()
     store.add(model)
-    return msgpack.unpackb(replay.encode_txs([honest(model, f) for f in random_inputs(model, 2, 3)]))
+    return msgpack.unpackb(transactions.encode_txs([honest(model, f) for f in random_inputs(model, 2, 3)]))
 
 
 def test_txs_round_trip(store):
     model = mlp_model()
     txs = [honest(model, f) for f in random_inputs(model, 3, 4)]
-    data = replay.encode_txs(txs)
-    back = replay.decode_txs(data)
-    assert replay.encode_txs(back) == data
+    data = transactions.encode_txs(txs)
+    back = transactions.decode_txs(data)
+    assert transactions.encode_txs(back) == data
     assert [t.receipt for t in back] == [t.receipt for t in txs]
     assert all(np.array_equal(a[1], b[1]) for t, u in zip(txs, back) for a, b in zip(t.inputs, u.inputs))
 
 
 def _code(data: bytes) -> str:
     with pytest.raises(CvmError) as e:
-        replay.decode_txs(data)
+        transactions.decode_txs(data)
     return e.value.code
 
 
@@ -246,7 +248,7 @@ def test_malformed_tx_files_are_rejected(store, mutate):
 
 def test_tx_file_bounds_and_canonical_form(store):
     data = msgpack.packb(_wire(store), use_bin_type=True)
-    assert replay.decode_txs(data)
+    assert transactions.decode_txs(data)
     assert _code(data[:-3]) == "malformed.txs"
     assert _code(data + b"\xc0") == "malformed.txs"
     assert _code(data.replace(b"\xa6format", b"\xd9\x06format", 1)) == "malformed.noncanonical"
@@ -295,7 +297,7 @@ def test_make_txs_500_end_to_end(capsys, tmp_path):
 def test_cli_text_report_and_clean_exit(capsys, tmp_path, store):
     model = mlp_model()
     store.add(model)
-    (tmp_path / "t.cvmtx").write_bytes(replay.encode_txs([honest(model, f) for f in random_inputs(model, 3, 5)]))
+    (tmp_path / "t.cvmtx").write_bytes(transactions.encode_txs([honest(model, f) for f in random_inputs(model, 3, 5)]))
     from cvmvm.cli.main import main
     assert main(["replay", str(tmp_path / "t.cvmtx"), "--store", str(store.root)]) == 0
     assert capsys.readouterr().out.splitlines() == ["3 transactions: 3 ok, 0 mismatch, 0 error"]

@@ -8,6 +8,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from serializer.records import stepproof as proof_codec
 from cvmvm.tx import stepproof
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.tx.store import Store
@@ -40,8 +41,8 @@ def test_every_step_of_a_small_model_proves(step):
     model = mlp_model()
     proof, root = proof_of(model, X, step)
     assert root == model.run(X, trace=True).trace.root
-    back = stepproof.decode(stepproof.encode(proof))
-    assert stepproof.encode(back) == stepproof.encode(proof)
+    back = proof_codec.decode(proof_codec.encode(proof))
+    assert proof_codec.encode(back) == proof_codec.encode(proof)
     checks = stepproof.check_step(back, root, model)
     assert valid(checks), failed(checks)
 
@@ -51,18 +52,18 @@ def test_multi_input_multi_output_and_digits_steps():
     inputs = {"a": np.array([[1, 2, 3], [4, 5, 6]], np.int32), "b": np.array([[7, 8, 9], [1, 1, 1]], np.int32)}
     for step in range(2):
         proof, root = proof_of(model, inputs, step)
-        assert valid(stepproof.check_step(stepproof.decode(stepproof.encode(proof)), root, model))
+        assert valid(stepproof.check_step(proof_codec.decode(proof_codec.encode(proof)), root, model))
     digits = digits_model()
     image = np.load(REPO / "fixtures" / "models" / "digits" / "test_inputs.npy")[3]
     for step in (0, 2, 4, 8, 12):
         proof, root = proof_of(digits, {"data": image}, step)
-        assert valid(stepproof.check_step(stepproof.decode(stepproof.encode(proof)), root, digits))
-        assert valid(stepproof.check_step(stepproof.decode(stepproof.encode(proof)), root))
+        assert valid(stepproof.check_step(proof_codec.decode(proof_codec.encode(proof)), root, digits))
+        assert valid(stepproof.check_step(proof_codec.decode(proof_codec.encode(proof)), root))
 
 
 def test_wire_layout():
     proof, _ = proof_of(mlp_model(), X, 3)
-    wire = msgpack.unpackb(stepproof.encode(proof))
+    wire = msgpack.unpackb(proof_codec.encode(proof))
     assert list(wire) == ["format", "version", "model_hash", "leaves", "step", "op", "attrs", "inputs", "outputs"]
     assert list(wire["inputs"][0]) == ["tensor", "kind", "index", "output", "node", "dtype", "shape", "precision",
                                        "data", "path"]
@@ -76,12 +77,12 @@ def test_wire_layout():
 def test_every_altered_byte_is_refused(step, mask):
     model = mlp_model()
     proof, root = proof_of(model, X, step)
-    data = stepproof.encode(proof)
+    data = proof_codec.encode(proof)
     for i in range(len(data)):
         tampered = bytearray(data)
         tampered[i] ^= mask
         try:
-            altered = stepproof.decode(bytes(tampered))
+            altered = proof_codec.decode(bytes(tampered))
         except CvmError as e:
             assert e.family in ("malformed", "invalid", "limit"), (i, e.code)
             continue
@@ -96,7 +97,7 @@ def test_an_altered_input_tensor_is_refused():
     value = first.value.copy()
     value[0, 0] += 1
     altered = dataclasses.replace(proof, inputs=(dataclasses.replace(first, value=value), *proof.inputs[1:]))
-    assert failed(stepproof.check_step(stepproof.decode(stepproof.encode(altered)), root, model)) == [
+    assert failed(stepproof.check_step(proof_codec.decode(proof_codec.encode(altered)), root, model)) == [
         "input 0 in trace", "output 0 value"]
 
 
@@ -147,13 +148,13 @@ def test_attribute_and_type_changes_are_refused():
 
 def _code(data: bytes) -> str:
     with pytest.raises(CvmError) as e:
-        stepproof.decode(data)
+        proof_codec.decode(data)
     return e.value.code
 
 
 def test_malformed_proofs_are_rejected():
     proof, _ = proof_of(mlp_model(), X, 1)
-    data = stepproof.encode(proof)
+    data = proof_codec.encode(proof)
     wire = msgpack.unpackb(data)
     assert _code(data + b"\x00") == "malformed.step_proof"
     assert _code(data[:-1]) == "malformed.step_proof"
@@ -206,6 +207,6 @@ def test_every_instruction_of_the_perf_model_proves():
     for step in range(len(model.program.steps)):
         proof, root = proof_of(model, x, step)
         roots.add(root)
-        decoded = stepproof.decode(stepproof.encode(proof))
+        decoded = proof_codec.decode(proof_codec.encode(proof))
         assert valid(stepproof.check_step(decoded, root)), step
     assert len(roots) == 1

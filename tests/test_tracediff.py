@@ -7,9 +7,11 @@ import json
 import numpy as np
 import pytest
 
+from serializer.records import trace as trace_codec
+from serializer.records.trace import trace_bytes
 from cvmvm.tx import tracediff
 from cvmvm.cli.common import EXIT_CODES
-from cvmvm.vm.trace import trace_bytes, trace_to_json
+from cvmvm.vm.trace import trace_to_json
 from isa.errors import CvmError
 from serializer.hashing import KIND_NAMES, leaf_hash, merkle_root, trace_root
 from tests.test_receipt import cli_json, mlp_model, pair_model
@@ -31,7 +33,7 @@ def reroot(doc: dict) -> dict:
 
 
 def loaded(doc: dict):
-    return tracediff.load_trace(trace_bytes(doc), "trace")
+    return trace_codec.load_trace(trace_bytes(doc), "trace")
 
 
 def test_identical_traces():

@@ -15,7 +15,9 @@ from serializer.hashing import tensor_hash
 from cvmvm import files
 from cvmvm.vm import disasm
 from cvmvm.vm.api import Model, Result, load, load_cortex
-from cvmvm.vm.trace import trace_bytes, trace_to_json
+from serializer.records import receipt as receipt_codec
+from serializer.records.trace import trace_bytes
+from cvmvm.vm.trace import trace_to_json
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
 from cvmvm.cli.common import EXIT_OK, Command, Reply, input_arg, load_model, model_args, parse_inputs
@@ -89,7 +91,7 @@ def run_receipt(args: argparse.Namespace, model: Model, result: Result) -> dict[
     r = receipt.make_receipt(model, result)
     if args.sign is not None:
         r = receipt.sign(r, receipt.load_private_key(files.read_bytes(args.sign, "key"), args.sign))
-    files.write_atomic(args.receipt, receipt.encode(r))
+    files.write_atomic(args.receipt, receipt_codec.encode(r))
     return {"receipt": args.receipt, "signer": None if r.signer is None else r.signer.public_key.hex()}
 
 

@@ -7,6 +7,7 @@ import sys
 
 from isa.errors import InputError
 from cvmvm import files
+from serializer.records import receipt as receipt_codec, stepproof as proof_codec, trace as trace_codec, transactions
 from cvmvm.tx import receipt, replay, stepproof, tracediff
 from cvmvm.tx.store import Store
 from cvmvm.cli.common import (EXIT_MISMATCH, EXIT_OK, Command, Reply, input_arg, load_model, model_args,
@@ -30,7 +31,7 @@ def _hash_arg(text: str, what: str) -> bytes:
 # -- check-receipt ---------------------------------------------------------------------
 
 def cmd_check_receipt(args: argparse.Namespace) -> Reply:
-    claimed = receipt.decode(files.read_bytes(args.receipt, "receipt", receipt.MAX_RECEIPT_BYTES))
+    claimed = receipt_codec.decode(files.read_bytes(args.receipt, "receipt", receipt_codec.MAX_RECEIPT_BYTES))
     model = load_model(args.model, args.params)
     actual = receipt.make_receipt(model, model.run(parse_inputs(args.input), trace=True))
     checks = receipt.check(claimed, actual, _signer(args.signer))
@@ -79,7 +80,7 @@ def _progress_bar() -> replay.Progress | None:
 def cmd_replay(args: argparse.Namespace) -> Reply:
     if args.workers < 1 or args.batch < 1:
         raise InputError("argument", "--workers and --batch must be at least 1")
-    txs = replay.decode_txs(files.read_bytes(args.txs, "transaction file", replay.MAX_TXS_BYTES))
+    txs = transactions.decode_txs(files.read_bytes(args.txs, "transaction file", transactions.MAX_TXS_BYTES))
     outcomes = replay.replay(txs, Store(args.store), workers=args.workers, use_ray=args.ray,
                              batch_size=args.batch, signer=_signer(args.signer), progress=_progress_bar())
     summary = replay.summary(outcomes)
@@ -91,8 +92,8 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
 # -- diff ---------------------------------------------------------------------------------
 
 def cmd_diff(args: argparse.Namespace) -> Reply:
-    a = tracediff.load_trace(files.read_bytes(args.trace_a, "trace"), args.trace_a)
-    b = tracediff.load_trace(files.read_bytes(args.trace_b, "trace"), args.trace_b)
+    a = trace_codec.load_trace(files.read_bytes(args.trace_a, "trace"), args.trace_a)
+    b = trace_codec.load_trace(files.read_bytes(args.trace_b, "trace"), args.trace_b)
     report = tracediff.diff(a, b)
     return (EXIT_OK if report["same"] else EXIT_MISMATCH), report, tracediff.render(report)
 
@@ -102,14 +103,14 @@ def cmd_diff(args: argparse.Namespace) -> Reply:
 def cmd_prove_step(args: argparse.Namespace) -> Reply:
     model = load_model(args.model, args.params)
     proof, root = stepproof.prove_step(model, parse_inputs(args.input), args.step)
-    files.write_atomic(args.out, stepproof.encode(proof))
+    files.write_atomic(args.out, proof_codec.encode(proof))
     info = {"proof": args.out, "step": proof.step, "op": proof.op, "trace_root": root.hex(),
             "model_hash": model.model_hash.hex()}
     return EXIT_OK, info, f"wrote proof of instruction {proof.step} ({proof.op}) to {args.out}\ntrace root {root.hex()}"
 
 
 def cmd_check_step(args: argparse.Namespace) -> Reply:
-    proof = stepproof.decode(files.read_bytes(args.proof, "step proof", stepproof.MAX_PROOF_BYTES))
+    proof = proof_codec.decode(files.read_bytes(args.proof, "step proof", proof_codec.MAX_PROOF_BYTES))
     root = _hash_arg(args.root, "--root")
     if args.model is not None and args.store is not None:
         raise InputError("argument", "give at most one of --model and --store")

@@ -1,11 +1,9 @@
-"""Receipts: what one run of a model on some inputs produced, optionally signed.
+"""Receipts: make one from a traced run, sign it, check a claim against a re-execution.
 
-A receipt commits to the model hash, the hash of every input as the program
-read it (its trace entry), the output hash, the trace root and the ops, in one
-canonical msgpack record (docs/FORMAT.md section 6).  The executing node may
-sign it with Ed25519 over a domain-separated message; the public key travels in
-the receipt, so anyone can check the signature, and ``signer=`` pins whose it
-must be.
+The record and its bytes are serializer.records.receipt.  The executing node
+may sign a receipt with Ed25519 over a domain-separated message; the public key
+travels in the receipt, so anyone can check the signature, and ``signer=`` pins
+whose it must be.
 """
 
 from __future__ import annotations
@@ -18,92 +16,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from isa.errors import MalformedError
-from serializer import strict
-from serializer.hashing import HASH_SIZE
-from serializer.strict import Reader, pack
+from serializer.records.receipt import PUBLIC_KEY_SIZE, Receipt, Signer
 from cvmvm.vm.api import Model, Result
-from cvmvm.vm.verify import MAX_OPS
-
-RECEIPT_FORMAT = "cvmvm-receipt"
-RECEIPT_VERSION = 1
-SIGN_TAG = b"cvmvm/receipt/v1\x00"
-MAX_RECEIPT_BYTES = 1 << 24
-PUBLIC_KEY_SIZE = 32
-SIGNATURE_SIZE = 64
-
-KEYS = ("format", "version", "model_hash", "inputs", "output_hash", "trace_root", "ops", "signer")
-INPUT_KEYS = ("name", "hash")
-SIGNER_KEYS = ("public_key", "signature")
 
 # The fields a re-execution recomputes, in report order; "signature" and
 # "signer" are checked on the claim alone.
 FIELDS = ("model_hash", "inputs", "output_hash", "trace_root", "ops")
-
-_READER = Reader("receipt")
-
-
-@dataclass(frozen=True)
-class Signer:
-    public_key: bytes  # raw Ed25519 public key
-    signature: bytes   # Ed25519 signature of signing_message()
-
-
-@dataclass(frozen=True)
-class Receipt:
-    model_hash: bytes
-    inputs: tuple[tuple[str, bytes], ...]  # (input name, tensor hash), in the model's input order
-    output_hash: bytes
-    trace_root: bytes
-    ops: int
-    signer: Signer | None = None
-
-    def signing_message(self) -> bytes:
-        """What the executing node signs: the tag, then the receipt's canonical bytes with signer nil."""
-        return SIGN_TAG + encode(replace(self, signer=None))
-
-
-def to_wire(r: Receipt) -> dict[str, Any]:
-    return {
-        "format": RECEIPT_FORMAT,
-        "version": RECEIPT_VERSION,
-        "model_hash": r.model_hash,
-        "inputs": [{"name": name, "hash": digest} for name, digest in r.inputs],
-        "output_hash": r.output_hash,
-        "trace_root": r.trace_root,
-        "ops": r.ops,
-        "signer": None if r.signer is None else {"public_key": r.signer.public_key,
-                                                  "signature": r.signer.signature},
-    }
-
-
-def encode(r: Receipt) -> bytes:
-    return pack(to_wire(r))
-
-
-def from_wire(top: Any, rd: Reader = _READER) -> Receipt:
-    """A receipt map, checked; failures carry ``rd``'s reason (a receipt inside another record
-    is malformed as that record)."""
-    top = rd.map(top, KEYS, "receipt")
-    rd.const(top["format"], RECEIPT_FORMAT, "format")
-    rd.const(top["version"], RECEIPT_VERSION, "version")
-    inputs = []
-    for k, e in enumerate(rd.list(top["inputs"], "inputs")):
-        e = rd.map(e, INPUT_KEYS, f"inputs[{k}]")
-        inputs.append((rd.str(e["name"], f"inputs[{k}].name"), rd.bin(e["hash"], f"inputs[{k}].hash", HASH_SIZE)))
-    signer = None
-    if top["signer"] is not None:
-        s = rd.map(top["signer"], SIGNER_KEYS, "signer")
-        signer = Signer(rd.bin(s["public_key"], "signer.public_key", PUBLIC_KEY_SIZE),
-                        rd.bin(s["signature"], "signer.signature", SIGNATURE_SIZE))
-    return Receipt(rd.bin(top["model_hash"], "model_hash", HASH_SIZE), tuple(inputs),
-                   rd.bin(top["output_hash"], "output_hash", HASH_SIZE),
-                   rd.bin(top["trace_root"], "trace_root", HASH_SIZE),
-                   rd.int(top["ops"], "ops", 0, MAX_OPS), signer)
-
-
-def decode(data: bytes) -> Receipt:
-    """Bytes -> Receipt; anything but the canonical encoding of a well-formed receipt is refused."""
-    return strict.decode(data, _READER, MAX_RECEIPT_BYTES, "receipt", from_wire, to_wire)
 
 
 def make_receipt(model: Model, result: Result) -> Receipt:

@@ -13,26 +13,21 @@ finish changes nothing.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
-from isa.attrs import attrs_to_dict
-from isa.errors import MalformedError
 from serializer import native
-from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, leaf_prefix, merkle_root, node_digest,
-                                tensor_hash, trace_root)
+from serializer.hashing import (INPUT, INSTR, PARAM, TraceEntry, leaf_prefix, merkle_root, node_digest, tensor_hash,
+                                trace_root)
+from serializer.records.trace import entry_to_json, trace_doc
 from cvmvm.vm.verify import Program
-
-TRACE_FORMAT = "cvmvm-trace/1"
-
 
 @dataclass(frozen=True)
 class TraceLayout:
@@ -41,6 +36,15 @@ class TraceLayout:
     positions: tuple[tuple[int, int, int], ...]  # (kind, index, output) by tensor id
     nodes: tuple[bytes, ...]                     # node digest of each tensor's producer, by tensor id
     prefixes: tuple[bytes, ...]                  # leaf preimage up to the tensor hash, by tensor id
+
+    def leaf(self, tensor: int, digest: bytes) -> bytes:
+        """Tensor ``tensor``'s trace leaf, given its hash."""
+        return self.leaves(tensor, (digest,))[0]
+
+    def leaves(self, tensor: int, digests: Iterable[bytes]) -> list[bytes]:
+        """Tensor ``tensor``'s trace leaf in each of several runs, given its hash in each."""
+        prefix = self.prefixes[tensor]
+        return [hashlib.sha256(prefix + d).digest() for d in digests]
 
 
 def _layout(program: Program) -> TraceLayout:
@@ -174,38 +178,20 @@ class Tracer:
         types = self.program.types
         entries = tuple(TraceEntry(kind, index, out, t, types[t].precision, node, d)
                         for t, ((kind, index, out), node, d) in enumerate(zip(layout.positions, layout.nodes, digests)))
-        tree = merkle_root([hashlib.sha256(prefix + d).digest() for prefix, d in zip(layout.prefixes, digests)])
+        tree = merkle_root([layout.leaf(t, d) for t, d in enumerate(digests)])
         return Trace(entries, tree, trace_root(self.model_hash, len(entries), tree))
 
 
 def trace_to_json(program: Program, trace: Trace, model_hash: bytes) -> dict[str, Any]:
-    """A self-describing trace file: enough to name the op at a disagreement without the model."""
+    """A self-describing trace file (serializer.records.trace): enough to name the op at a
+    disagreement without the model."""
     model = program.model
     rows = []
     for e in trace.entries:
         t = program.types[e.tensor]
-        row: dict[str, Any] = {"kind": KIND_NAMES[e.kind], "index": e.index, "output": e.output,
-                               "tensor": e.tensor, "dtype": t.dtype, "shape": list(t.shape),
-                               "precision": t.precision, "node": e.node.hex(), "hash": e.digest.hex()}
         if e.kind == INSTR:
             step = program.steps[e.index]
-            row.update(op=step.op.name, name=step.name, inputs=list(step.inputs),
-                       attrs={k: (list(v) if isinstance(v, tuple) else v) for k, v in attrs_to_dict(step.attrs).items()})
+            rows.append(entry_to_json(e, t, step.name, (step.op.name, step.inputs, step.attrs)))
         else:
-            row["name"] = (model.inputs[e.index] if e.kind == INPUT else model.params[e.index]).name
-        rows.append(row)
-    return {"format": TRACE_FORMAT, "model_hash": model_hash.hex(), "root": trace.root.hex(), "entries": rows}
-
-
-def trace_bytes(doc: dict[str, Any]) -> bytes:
-    return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
-
-
-def read_trace(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise MalformedError("trace", f"{what}: not JSON ({e})") from None
-    if type(doc) is not dict or doc.get("format") != TRACE_FORMAT or type(doc.get("entries")) is not list:
-        raise MalformedError("trace", f"{what}: not a {TRACE_FORMAT} file")
-    return doc
+            rows.append(entry_to_json(e, t, (model.inputs[e.index] if e.kind == INPUT else model.params[e.index]).name))
+    return trace_doc(model_hash, trace.root, rows)

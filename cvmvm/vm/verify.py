@@ -16,11 +16,10 @@ import numpy as np
 from isa.errors import InputError, InternalError, InvalidError, LimitError, Rejected
 from isa.spec import OpDef, int32_only
 from isa.table import OP_BY_NAME
-from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound
+from isa.types import DTYPES, INT32, MAX_OPS, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound
 from serializer.model import Input, Instr, Model
 
 MAX_BASE_COST = 1 << 30
-MAX_OPS = 1 << 40
 VARIABLE_COST = 5  # ops per element of every input and param, and of every op output
 
 

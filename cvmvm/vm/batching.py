@@ -1,0 +1,279 @@
+"""Batching: when many inputs of one program may run as one, and that batched traced run.
+
+A program may run many inputs stacked along axis 0 when every tensor derived
+from the inputs keeps axis 0 as an independent batch axis through row-wise
+ops: the batched run's tensors are then the one-by-one runs' tensors stacked
+along axis 0.  ``batch_plan`` decides it statically, from the verified program
+alone (ROW_RULES: one equivalence rule per op), and ``stacked_program``
+re-verifies the program at the stacked shapes and checks that every inferred
+type is the one-by-one type scaled.
+
+``Batch.run`` runs a list of prepared feeds that way and gives, per item,
+exactly what a one-by-one traced run commits to (every tensor hash, the output
+hash, the trace root, the ops): each item's leaves are its own rows' hashes
+behind trace.py's per-program leaf prefixes.  Where the program cannot run
+stacked, or a stacked run fails, the items run one at a time, so each gets its
+own result or its own error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from isa.errors import CvmError, InputError
+from isa.ops.reduce import reduced_axes
+from isa.ops.transform import permutation
+from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
+from serializer.hashing import canonical_array, merkle_root, outputs_hash, tensor_hash, tensor_header, trace_root
+from serializer.model import Input, Model as ModelIR
+from cvmvm.vm.api import Model
+from cvmvm.vm.execute import execute, prepare_input
+from cvmvm.vm.trace import trace_layout
+from cvmvm.vm.verify import Program, Step, verify
+
+BATCH_BYTES = 1 << 28   # tensor bytes one batch may hold, summed over every batched tensor
+
+
+# -- the static decision -----------------------------------------------------------
+
+# Each rule: may this step run on inputs stacked along axis 0 (``flags`` marks the
+# stacked ones; the others are constants, the same for every item) so that
+# output row block i is the one-by-one output of item i?
+
+def _any(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return True
+
+
+def _all_stacked(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return all(flags)
+
+
+def _data_only(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return flags[0] and not any(flags[1:])
+
+
+def _broadcast(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    # A stacked operand must own the output's axis 0; a constant one must not reach it.
+    out = outs[0]
+    return all((t.ndim == out.ndim and t.shape[0] == out.shape[0]) if f else (t.ndim < out.ndim or t.shape[0] == 1)
+               for f, t in zip(flags, ins))
+
+
+def _reduce(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return 0 not in reduced_axes(a, ins[0].ndim)
+
+
+def _repeat(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return a.axis % ins[0].ndim != 0
+
+
+def _tile(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return len(a.reps) < ins[0].ndim or (len(a.reps) == ins[0].ndim and a.reps[0] == 1)
+
+
+def _expand_dims(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return a.num_newaxis == 0 or (a.axis + ins[0].ndim + 1 if a.axis < 0 else a.axis) >= 1
+
+
+def _squeeze(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    if a.axis:
+        return all(ax % ins[0].ndim != 0 for ax in a.axis)
+    return ins[0].shape[0] != 1
+
+
+def _transpose(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return permutation(a, ins[0].ndim)[0] == 0
+
+
+def _concatenate(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    return all(flags) and a.axis % ins[0].ndim != 0
+
+
+def _take(a: Any, flags: Sequence[bool], ins: Sequence[TensorType], outs: Sequence[TensorType]) -> bool:
+    data, indices = flags
+    if data and not indices:       # gathers along a later axis of each row
+        return a.axis is not None and a.axis % ins[0].ndim != 0
+    if indices and not data:       # looks each index row up in a constant table
+        return a.axis is None or a.axis % ins[0].ndim == 0
+    return False
+
+
+ROW_RULES: dict[str, Callable[..., bool]] = {
+    **{name: _any for name in ("relu", "abs", "negative", "cvm_precision", "clip", "cvm_clip",
+                               "cvm_right_shift", "cvm_left_shift", "flatten", "max_pool2d", "upsampling",
+                               "reshape")},
+    "elemwise_add": _all_stacked, "elemwise_sub": _all_stacked, "where": _all_stacked,
+    **{name: _broadcast for name in ("broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div",
+                                     "broadcast_max", "broadcast_greater")},
+    "conv2d": _data_only, "dense": _data_only, "cvm_lut": _data_only,
+    "sum": _reduce, "max": _reduce, "repeat": _repeat, "tile": _tile, "expand_dims": _expand_dims,
+    "squeeze": _squeeze, "transpose": _transpose, "concatenate": _concatenate, "take": _take,
+}
+# Not listed, so never stacked: strided_slice and slice_like (their attributes name
+# absolute ranges of axis 0), get_valid_counts, non_max_suppression and max_pool.
+
+
+def batch_plan(program: Program) -> tuple[bool, ...] | None:
+    """Per tensor id, whether it is stacked (derived from the inputs), or None when
+    some step cannot run stacked: the model then runs one item at a time."""
+    stacked = [True] * len(program.model.inputs) + [False] * len(program.model.params)
+    for step in program.steps:
+        flags = [stacked[t] for t in step.inputs]
+        if any(flags):
+            rule = ROW_RULES.get(step.op.name)
+            if rule is None or not rule(step.attrs, flags, [program.types[t] for t in step.inputs], step.out_types):
+                return None
+        stacked.extend([any(flags)] * len(step.outputs))
+    return tuple(stacked)
+
+
+def _stacked_attrs(step: Step, count: int) -> Any:
+    # reshape names its output's axis 0 literally; 0 and the negative codes copy or infer it.
+    if step.op.name == "reshape" and step.attrs.shape and step.attrs.shape[0] > 0:
+        return dataclasses.replace(step.attrs, shape=(step.attrs.shape[0] * count, *step.attrs.shape[1:]))
+    return step.attrs
+
+
+def _scaled(t: TensorType, count: int) -> TensorType:
+    return dataclasses.replace(t, shape=(t.shape[0] * count, *t.shape[1:]))
+
+
+def stacked_program(program: Program, stacked: tuple[bool, ...], count: int) -> Program | None:
+    """The program over ``count`` items' inputs stacked along axis 0, verified, or None
+    if its inferred types are not exactly the one-by-one types (axis 0 scaled where stacked)."""
+    m = program.model
+    model = ModelIR(tuple(Input(i.name, _scaled(i.type, count)) for i in m.inputs), m.params,
+                    tuple(dataclasses.replace(ins, attrs=_stacked_attrs(step, count), declared_shapes=None)
+                          for ins, step in zip(m.instrs, program.steps)), m.outputs)
+    try:
+        big = verify(model)
+    except CvmError:
+        return None
+    want = tuple(_scaled(t, count) if s else t for t, s in zip(program.types, stacked))
+    return big if big.types == want else None
+
+
+def batch_limit(program: Program, stacked: tuple[bool, ...], requested: int) -> int:
+    """The most items one stacked run may hold: the ISA's dimension, size and
+    ops limits, and a memory budget."""
+    types = [t for t, s in zip(program.types, stacked) if s]
+    if not types:
+        return requested
+    per_tx_bytes = sum(t.size * 8 for t in types)
+    return max(1, min(requested, MAX_DIM // max(t.shape[0] for t in types), MAX_SIZE // max(t.size for t in types),
+                      MAX_OPS // max(1, program.ops), BATCH_BYTES // per_tx_bytes))
+
+
+# -- the batched traced run ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TracedRun:
+    """What one traced run commits to, as Model.run(..., trace=True) computes it."""
+
+    digests: tuple[bytes, ...]  # every tensor's hash, by tensor id (the inputs' first, in input order)
+    output_hash: bytes
+    trace_root: bytes
+    ops: int
+
+
+def _row_hashes(value: np.ndarray, t: TensorType, count: int) -> list[bytes]:
+    """tensor_hash of each of ``count`` equal row blocks of ``value`` (each of type ``t``)."""
+    data = memoryview(canonical_array(value, t.dtype)).cast("B")
+    size = len(data) // count
+    base = hashlib.sha256(tensor_header(t.dtype, t.shape))
+    digests = []
+    for i in range(count):
+        h = base.copy()
+        h.update(data[i * size:(i + 1) * size])
+        digests.append(h.digest())
+    return digests
+
+
+def prepare_feeds(program: Program, inputs: tuple[tuple[str, np.ndarray], ...]) -> list[np.ndarray]:
+    """The item's inputs checked and prepared as execution would (same errors)."""
+    given = dict(inputs)
+    expected = [i.name for i in program.model.inputs]
+    unknown = [n for n in given if n not in set(expected)]
+    if unknown:
+        raise InputError("name", f"unknown input {unknown[0]!r}; the model takes {expected}")
+    feeds = []
+    for i in program.model.inputs:
+        if i.name not in given:
+            raise InputError("name", f"missing input {i.name!r}")
+        feeds.append(prepare_input(i.name, i.type, given[i.name]))
+    return feeds
+
+
+class Batch:
+    """Runs lists of prepared feeds of one model, stacked where its program allows;
+    caches the stacked program of each batch size it meets."""
+
+    def __init__(self, model: Model, batch_size: int) -> None:
+        self.model = model
+        self.plan = batch_plan(model.program)
+        self.limit = 1 if self.plan is None else batch_limit(model.program, self.plan, batch_size)
+        self._stacked: dict[int, Program | None] = {}
+
+    def run(self, feeds: Sequence[Sequence[np.ndarray]]) -> list[TracedRun | CvmError]:
+        """Each run's commitments, or the error that stopped it; ``feeds`` are prepared inputs
+        (``prepare_feeds``) in the model's input order, one list per run."""
+        start = 0
+        results: list[TracedRun | CvmError] = []
+        while start < len(feeds):
+            part = feeds[start:start + self.limit]
+            start += len(part)
+            if self.plan is not None and len(part) > 1:
+                if len(part) not in self._stacked:
+                    self._stacked[len(part)] = stacked_program(self.model.program, self.plan, len(part))
+                big = self._stacked[len(part)]
+                if big is not None:
+                    try:
+                        results += _run_stacked(self.model, self.plan, big, part)
+                        continue
+                    except CvmError:
+                        pass  # rerun one at a time below, so each item gets its own error
+            results += [_run_one(self.model, f) for f in part]
+        return results
+
+
+def _run_one(model: Model, feeds: Sequence[np.ndarray]) -> TracedRun | CvmError:
+    names = [i.name for i in model.program.model.inputs]
+    try:
+        result = model.run(dict(zip(names, feeds)), trace=True)
+    except CvmError as e:
+        return e
+    return TracedRun(tuple(e.digest for e in result.trace.entries), result.output_hash, result.trace.root, result.ops)
+
+
+def _run_stacked(model: Model, plan: tuple[bool, ...], big: Program,
+                 feeds: Sequence[Sequence[np.ndarray]]) -> list[TracedRun]:
+    program = model.program
+    count = len(feeds)
+    names = [i.name for i in program.model.inputs]
+    stacked_inputs = {n: np.concatenate([f[k] for f in feeds]) for k, n in enumerate(names)}
+    layout = trace_layout(program)
+    # By tensor id: one digest and leaf per item (stacked), or one shared by every item (a constant).
+    digests: list[Any] = [None] * len(program.types)
+    leaves: list[Any] = [None] * len(program.types)
+
+    def observe(t: int, value: np.ndarray) -> None:
+        if plan[t]:
+            digests[t] = _row_hashes(value, program.types[t], count)
+            leaves[t] = layout.leaves(t, digests[t])
+        else:
+            digest = tensor_hash(value, program.types[t].dtype)
+            digests[t], leaves[t] = [digest] * count, [layout.leaf(t, digest)] * count
+
+    execute(big, stacked_inputs, observe)
+    model_hash = model.model_hash
+    outputs = program.model.outputs
+    results = []
+    for own, own_leaves in zip(zip(*digests), zip(*leaves)):
+        root = trace_root(model_hash, len(own_leaves), merkle_root(own_leaves))
+        results.append(TracedRun(own, outputs_hash([own[t] for t in outputs]), root, program.ops))
+    return results
