@@ -1,0 +1,72 @@
+"""JSON as the Cortex runtime reads and writes it (utils/json.h).
+
+Reading is strict: UTF-8, no duplicate keys, no NaN/Infinity, and only the
+string escapes the runtime's reader knows.  Writing gives text the runtime
+reads back: ", " and ": " separators, keys in the order given, no \\u escapes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from isa.errors import InvalidError, MalformedError
+
+# The only string escapes the runtime's JSON reader knows (utils/json.h
+# ReadString); it aborts on any other, \u and \/ included.
+RUNTIME_ESCAPES = frozenset('rn\\t"')
+_ESCAPE = re.compile(r"\\(.?)", re.S)
+_WRITE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def load_json(data: bytes, reason: str, what: str) -> Any:
+    """Strict JSON: UTF-8, no duplicate keys, no NaN/Infinity, only the runtime's string escapes."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedError(reason, f"{what} is not UTF-8 ({e.reason} at byte {e.start})") from None
+    return parse_json(text, reason, what)
+
+
+def parse_json(text: str, reason: str, what: str) -> Any:
+    for m in _ESCAPE.finditer(text):
+        if m.group(1) not in RUNTIME_ESCAPES:
+            raise MalformedError(reason, f"{what}: string escape {m.group(0)!r} at offset {m.start()} is not "
+                                         "one the Cortex runtime reads (\\r \\n \\t \\\\ \\\")")
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                raise MalformedError(reason, f"{what}: key {key!r} appears twice in one object")
+            obj[key] = value
+        return obj
+
+    def no_constant(name: str) -> Any:
+        raise MalformedError(reason, f"{what}: {name} is not a JSON value")
+
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant)
+    except (ValueError, RecursionError) as e:
+        raise MalformedError(reason, f"{what} does not parse: {e}") from None
+
+
+def json_text(value: Any) -> str:
+    """JSON the Cortex runtime reads back: ", " and ": " separators, keys in the given order, no \\u escapes."""
+    if type(value) is dict:
+        return "{" + ", ".join(f"{_json_string(k)}: {json_text(v)}" for k, v in value.items()) + "}"
+    if type(value) in (list, tuple):
+        return "[" + ", ".join(json_text(v) for v in value) + "]"
+    if type(value) is str:
+        return _json_string(value)
+    if type(value) is int:
+        return str(value)
+    raise TypeError(f"a Cortex graph holds no {type(value).__name__} ({value!r})")
+
+
+def _json_string(s: str) -> str:
+    for c in s:
+        if c < " " and c not in _WRITE_ESCAPES:
+            raise InvalidError("graph", f"string {s!r} holds control character {c!r}, which Cortex JSON cannot carry")
+    return '"' + "".join(_WRITE_ESCAPES.get(c, c) for c in s) + '"'

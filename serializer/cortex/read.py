@@ -1,0 +1,405 @@
+"""Reading a Cortex graph JSON (+ params binary) into a Model.
+
+The structure rules (exact key sets and JSON types: ``malformed.graph_json``),
+the graph rules (counts, topology, names, precisions, storage: ``invalid.*``,
+``limit.*``), and building the Model, with the file's layout captured in a
+``CortexLayout`` so ``write_cortex`` can reproduce it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from isa.attrs import INT32_MAX
+from isa.errors import InputError, InvalidError, LimitError, MalformedError
+from isa.spec import OpDef
+from isa.table import OP_BY_NAME
+from isa.types import (DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, Shape, TensorType, check_shape,
+                       clip_to_precision, precision_bound)
+from serializer import limits
+from serializer.cortex.attr_text import check_variable_attrs, read_operator_attrs
+from serializer.cortex.json_text import load_json
+from serializer.cortex.layout import (DATA, GRAPH_ATTR_TAGS, NODE_ATTR_KEYS, OPERATOR_KEYS, TOP_KEYS, VARIABLE_KEYS,
+                                      VERSIONS, CortexLayout, CortexNode)
+from serializer.cortex.params import ParamArray, read_params
+from serializer.model import Input, Instr, Model, Param
+
+UINT32_MAX = (1 << 32) - 1
+_OP_SUFFIX = re.compile(r"_[0-9]*\Z")
+
+# The runtime's whitelist of ops whose output may share a storage id with an
+# input, verbatim.  It spells negative "nagetive", so negative is NOT
+# whitelisted (reference case error/negative/graph-storage-reuse-negative-1).
+STORAGE_REUSE_OPS = frozenset({
+    "flatten", "relu", "expand_dims", "reshape", "squeeze", "abs", "cvm_precision", "elemwise_add",
+    "elemwise_sub", "nagetive", "clip", "cvm_clip", "cvm_right_shift", "cvm_left_shift",
+})
+
+
+def read_cortex(graph: Any, params: Any = None) -> Model:
+    """Decode a Cortex model.
+
+    ``graph``: a dict (parsed JSON), JSON text (a str starting with '{'),
+    UTF-8 bytes, or a path.  ``params``: bytes, a path, or None (no params
+    file).  Raises CvmError for anything the format does not allow.
+    """
+    doc = load_json(_graph_bytes(graph), "graph_json", "graph JSON") if not isinstance(graph, dict) else graph
+    blob = None if params is None else _source_bytes(params, limits.MAX_PARAMS_BYTES, "params")
+
+    top = _object(doc, "graph", TOP_KEYS)
+    version = _str(top["version"], "version")
+    if version not in VERSIONS:
+        raise MalformedError("graph_json", f"version {version!r} is not one of {', '.join(VERSIONS)}")
+    nodes = [_node(raw, nid) for nid, raw in enumerate(_list(top["nodes"], "nodes"))]
+    heads = [_entry(e, f"heads[{k}]") for k, e in enumerate(_list(top["heads"], "heads"))]
+    arg_nodes = [_uint32(v, f"arg_nodes[{k}]") for k, v in enumerate(_list(top["arg_nodes"], "arg_nodes"))]
+    row_ptr = [_uint32(v, f"node_row_ptr[{k}]") for k, v in enumerate(_list(top["node_row_ptr"], "node_row_ptr"))]
+    attrs = _graph_attrs(top["attrs"], version)
+
+    counts = [1 if n.op is None else len(n.op.outputs) for n in nodes]
+    first_entry = [0]
+    for c in counts:
+        first_entry.append(first_entry[-1] + c)
+    num_entries = first_entry[-1]
+    variables = [nid for nid, n in enumerate(nodes) if n.op is None]
+    if version == "cvm_1.0.0":
+        if row_ptr != first_entry:
+            raise InvalidError("graph", f"node_row_ptr {row_ptr} must be {first_entry} (cvm_1.0.0)")
+        if arg_nodes != variables:
+            raise InvalidError("graph", f"arg_nodes {arg_nodes} must be the variable nodes {variables} (cvm_1.0.0)")
+
+    _check_counts(attrs, len(nodes), num_entries)
+    _check_topology(nodes, heads, counts)
+    _check_variable_names(nodes)
+    shapes = [_shape(s, f"attrs.shape[{eid}]") for eid, s in enumerate(attrs["shape"])]
+    dltypes = list(attrs["dltype"]) if "dltype" in attrs else [INT32] * num_entries
+    for eid, dt in enumerate(dltypes):
+        if dt not in DTYPES:
+            raise InvalidError("dtype", f"attrs.dltype[{eid}] is {dt!r}; not one of {', '.join(DTYPES)}")
+    _check_precisions(nodes, attrs["precision"], first_entry, dltypes)
+    _check_storage(nodes, attrs["storage_id"], first_entry)
+
+    records: list[Any] = []
+    for nid, (node, text) in enumerate(zip(nodes, attrs["op_attrs"])):
+        where = f"node {nid} ({node.name})"
+        if node.op is None:
+            check_variable_attrs(text, shapes[first_entry[nid]], attrs["precision"][first_entry[nid]], where)
+        else:
+            records.append(read_operator_attrs(node.op, text, where))
+
+    arrays = None if blob is None else read_params(blob)
+    return _build_model(version, nodes, heads, attrs, arg_nodes, row_ptr, first_entry, shapes, dltypes, records,
+                        arrays)
+
+
+@dataclass(frozen=True)
+class _Node:
+    name: str
+    op: OpDef | None                      # None: a variable
+    inputs: tuple[tuple[int, int], ...]   # (node id, output index)
+    attrs: dict[str, str]                 # the node's own "attrs" (operators only)
+
+
+def _graph_bytes(graph: Any) -> bytes:
+    if isinstance(graph, str) and graph.lstrip().startswith("{"):
+        try:
+            data = graph.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise MalformedError("graph_json", f"graph JSON text is not valid Unicode ({e.reason})") from None
+        _check_size(len(data), limits.MAX_GRAPH_JSON_BYTES, "graph JSON")
+        return data
+    return _source_bytes(graph, limits.MAX_GRAPH_JSON_BYTES, "graph JSON")
+
+
+def _source_bytes(source: Any, limit: int, what: str) -> bytes:
+    """Bytes given directly, or read from a path, bounded by ``limit``."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    elif isinstance(source, (str, os.PathLike)):
+        try:
+            with open(source, "rb") as f:
+                _check_size(os.fstat(f.fileno()).st_size, limit, f"{what} file {source}")
+                data = f.read(limit + 1)
+        except OSError as e:
+            raise InputError("file", f"{what} file {source}: {e.strerror or e}") from None
+    else:
+        raise TypeError(f"{what}: expected bytes or a path, got {type(source).__name__}")
+    _check_size(len(data), limit, what)
+    return data
+
+
+def _check_size(size: int, limit: int, what: str) -> None:
+    if size > limit:
+        raise LimitError("bytes", f"{what}: {size} bytes exceed the limit of {limit}")
+
+
+# -- structure: keys and JSON types (malformed.graph_json) -------------------
+
+def _object(value: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise MalformedError("graph_json", f"{where} must be a JSON object, got {type(value).__name__}")
+    for key in value:
+        if key not in required and key not in optional:
+            raise MalformedError("graph_json", f"{where}: unknown key {key!r}")
+    for key in required:
+        if key not in value:
+            raise MalformedError("graph_json", f"{where}: missing key {key!r}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if type(value) is not list:
+        raise MalformedError("graph_json", f"{where} must be a JSON array, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if type(value) is not str:
+        raise MalformedError("graph_json", f"{where} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, where: str) -> int:
+    if type(value) is not int:  # not isinstance: True is an int to isinstance
+        raise MalformedError("graph_json", f"{where} must be an integer, got {value!r}")
+    return value
+
+
+def _uint32(value: Any, where: str) -> int:
+    v = _int(value, where)
+    if not 0 <= v <= UINT32_MAX:
+        raise MalformedError("graph_json", f"{where}={v} must be in [0, 2^32 - 1]")
+    return v
+
+
+def _entry(value: Any, where: str) -> tuple[int, int]:
+    """A node entry [node id, output index, version]; version is always 0 in Cortex graphs."""
+    items = _list(value, where)
+    if len(items) != 3:
+        raise MalformedError("graph_json", f"{where} must be [node id, output index, version], got {items!r}")
+    nid, idx, version = (_int(v, where) for v in items)
+    if nid < 0 or idx < 0:
+        raise InvalidError("graph", f"{where}={items} refers to a negative node or output")
+    if version != 0:
+        raise InvalidError("graph", f"{where}={items}: entry version must be 0")
+    return nid, idx
+
+
+def _node(raw: Any, nid: int) -> _Node:
+    where = f"nodes[{nid}]"
+    kind = _object(raw, where, ("op",), OPERATOR_KEYS)["op"]
+    if kind == "null":
+        _object(raw, where, VARIABLE_KEYS)
+    elif kind == "cvm_op":
+        _object(raw, where, OPERATOR_KEYS)
+    else:
+        raise MalformedError("graph_json", f"{where}.op must be \"null\" or \"cvm_op\", got {kind!r}")
+    name = _str(raw["name"], f"{where}.name")
+    inputs = tuple(_entry(e, f"{where}.inputs[{k}]") for k, e in enumerate(_list(raw["inputs"], f"{where}.inputs")))
+    if kind == "null":
+        if inputs:
+            raise InvalidError("graph", f"{where} ({name}) is a variable but lists inputs")
+        return _Node(name, None, (), {})
+    node_attrs = _object(raw["attrs"], f"{where}.attrs", NODE_ATTR_KEYS)
+    for key in NODE_ATTR_KEYS:
+        _str(node_attrs[key], f"{where}.attrs.{key}")
+    func_name = node_attrs["func_name"]
+    op = OP_BY_NAME.get(op_name(func_name))
+    if op is None:
+        raise InvalidError("op", f"{where} ({name}): unknown op {func_name!r}")
+    return _Node(name, op, inputs, node_attrs)
+
+
+def op_name(func_name: str) -> str:
+    """The op a func_name names: a trailing `_<digits>` is dropped (relu_17 -> relu), as the runtime does."""
+    return _OP_SUFFIX.sub("", func_name, count=1)
+
+
+def _graph_attrs(raw: Any, version: str) -> dict[str, list[Any]]:
+    required = ["shape", "precision", "op_attrs", "storage_id"]
+    if version == "cvm_1.0.0":
+        required.append("dltype")
+    obj = _object(raw, "attrs", required, tuple(GRAPH_ATTR_TAGS))
+    out: dict[str, list[Any]] = {}
+    for key, value in obj.items():
+        where = f"attrs.{key}"
+        pair = _list(value, where)
+        if len(pair) != 2 or pair[0] != GRAPH_ATTR_TAGS[key]:
+            raise MalformedError("graph_json", f"{where} must be [\"{GRAPH_ATTR_TAGS[key]}\", [...]]")
+        items = _list(pair[1], f"{where}[1]")
+        if key == "shape":
+            for k, s in enumerate(items):
+                for d in _list(s, f"{where}[{k}]"):
+                    _int(d, f"{where}[{k}]")
+        elif GRAPH_ATTR_TAGS[key] == "list_int":
+            for k, v in enumerate(items):
+                _int(v, f"{where}[{k}]")
+        else:
+            for k, v in enumerate(items):
+                _str(v, f"{where}[{k}]")
+        out[key] = items
+    return out
+
+
+# -- graph rules (invalid.*, limit.*) -----------------------------------------
+
+def _check_counts(attrs: dict[str, list[Any]], num_nodes: int, num_entries: int) -> None:
+    for key in ("shape", "precision", "storage_id", "dltype"):
+        if key in attrs and len(attrs[key]) != num_entries:
+            raise InvalidError("graph", f"attrs.{key} has {len(attrs[key])} entries; the graph has {num_entries}")
+    if len(attrs["op_attrs"]) != num_nodes:
+        raise InvalidError("graph", f"attrs.op_attrs has {len(attrs['op_attrs'])} entries; "
+                                    f"the graph has {num_nodes} nodes")
+    if attrs.get("device_index"):
+        raise InvalidError("graph", "attrs.device_index must be empty")
+
+
+def _check_topology(nodes: list[_Node], heads: list[tuple[int, int]], counts: list[int]) -> None:
+    for nid, node in enumerate(nodes):
+        for src, idx in node.inputs:
+            if src >= nid:
+                raise InvalidError("graph", f"node {nid} ({node.name}) reads node {src}: nodes must be in "
+                                            "topological order")
+            if idx >= counts[src]:
+                raise InvalidError("graph", f"node {nid} ({node.name}) reads output {idx} of node {src}, "
+                                            f"which has {counts[src]}")
+    if not heads:
+        raise InvalidError("graph", "heads is empty: the graph has no output")
+    for k, (src, idx) in enumerate(heads):
+        if src >= len(nodes) or idx >= counts[src]:
+            raise InvalidError("graph", f"heads[{k}] = ({src}, {idx}) is not an entry of the graph")
+
+
+def _check_variable_names(nodes: list[_Node]) -> None:
+    seen: set[str] = set()
+    for nid, node in enumerate(nodes):
+        if node.op is None:
+            if node.name in seen:
+                raise InvalidError("graph", f"node {nid}: variable name {node.name!r} is used twice")
+            seen.add(node.name)
+
+
+def _shape(dims: list[int], where: str) -> Shape:
+    check_shape(dims, where)
+    return tuple(dims)
+
+
+def _check_precisions(nodes: list[_Node], precision: list[int], first_entry: list[int], dltypes: list[str]) -> None:
+    for nid, node in enumerate(nodes):
+        for eid in range(first_entry[nid], first_entry[nid + 1]):
+            p = precision[eid]
+            if node.op is None and dltypes[eid] != INT32:
+                # max_pool's other dtypes carry no precision (MAXPOOL.md)
+                if p != -1:
+                    raise InvalidError("precision", f"variable {node.name!r}: a {dltypes[eid]} variable has no "
+                                                    f"precision (-1), got {p}")
+            elif node.op is None and not MIN_PRECISION <= p <= MAX_PRECISION:
+                raise InvalidError("precision", f"variable {node.name!r}: precision {p} must be in [1, 32]")
+            if node.op is not None and p != -1 and not MIN_PRECISION <= p <= MAX_PRECISION:
+                raise InvalidError("precision", f"node {nid} ({node.name}): declared precision {p} must be -1 "
+                                                "or in [1, 32]")
+
+
+def _check_storage(nodes: list[_Node], storage: list[int], first_entry: list[int]) -> None:
+    for eid, sid in enumerate(storage):
+        if not 0 <= sid <= INT32_MAX:
+            raise InvalidError("graph", f"attrs.storage_id[{eid}]={sid} must be in [0, 2^31 - 1]")
+    for nid, node in enumerate(nodes):
+        if node.op is None or node.op.name in STORAGE_REUSE_OPS:
+            continue
+        used = {storage[first_entry[src] + idx] for src, idx in node.inputs}
+        for eid in range(first_entry[nid], first_entry[nid + 1]):
+            if storage[eid] in used:
+                raise InvalidError("graph", f"node {nid} ({node.name}): {node.op.name} may not write storage "
+                                            f"{storage[eid]}, which one of its inputs uses")
+
+
+# -- the Model ----------------------------------------------------------------
+
+def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]], attrs: dict[str, list[Any]],
+                 arg_nodes: list[int], row_ptr: list[int], first_entry: list[int], shapes: list[Shape],
+                 dltypes: list[str], records: list[Any], arrays: dict[str, ParamArray] | None) -> Model:
+    given = arrays or {}
+    var_names = {n.name for n in nodes if n.op is None}
+    for name in given:
+        if name not in var_names:
+            raise InvalidError("graph", f"the params file gives {name!r}, which is not a variable of the graph")
+    precision = attrs["precision"]
+
+    inputs: list[Input] = []
+    params: list[Param] = []
+    input_nids: list[int] = []
+    param_nids: list[int] = []
+    data_raw = None
+    for nid, node in enumerate(nodes):
+        if node.op is not None:
+            continue
+        dtype = dltypes[first_entry[nid]]
+        t = TensorType(shapes[first_entry[nid]], precision[first_entry[nid]] if dtype == INT32 else None, dtype)
+        if node.name not in given:
+            if node.name != DATA:
+                raise InvalidError("graph", f"variable {node.name!r} is not given by the params file")
+            inputs.append(Input(node.name, t))
+            input_nids.append(nid)
+            continue
+        array = given[node.name]
+        if dtype != INT32:
+            raise InvalidError("dtype", f"param {node.name!r} is declared {dtype}; Cortex params are int8/int32")
+        if array.values.shape != t.shape:
+            raise InvalidError("shape", f"param {node.name!r}: the params file gives shape {array.values.shape}, "
+                                        f"the graph declares {t.shape}")
+        if node.name == DATA:
+            # The runtime loads 'data' from a params file like set_input: clipped, not checked.
+            data_raw = array.values
+            value = clip_to_precision(array.values, t.precision)
+            value.flags.writeable = False
+        else:
+            bound = precision_bound(t.precision)
+            lo, hi = int(array.values.min()), int(array.values.max())
+            if lo < -bound or hi > bound:
+                raise InvalidError("param", f"param {node.name!r}: value {lo if lo < -bound else hi} is outside "
+                                            f"precision {t.precision} (+-{bound})")
+            value = array.values
+        params.append(Param(node.name, t, value))
+        param_nids.append(nid)
+
+    tensor_of_node = {nid: k for k, nid in enumerate(input_nids + param_nids)}  # inputs, then params
+    next_id = len(inputs) + len(params)
+    instrs: list[Instr] = []
+    layout_nodes: list[CortexNode] = []
+    for nid, (node, text) in enumerate(zip(nodes, attrs["op_attrs"])):
+        if node.op is None:
+            layout_nodes.append(CortexNode(True, tensor_of_node[nid], text))
+            continue
+        tensor_of_node[nid] = next_id
+        count = len(node.op.outputs)
+        instrs.append(Instr(node.op.name, records[len(instrs)],
+                            tuple(tensor_of_node[src] + idx for src, idx in node.inputs),
+                            tuple(range(next_id, next_id + count)), node.name,
+                            tuple(shapes[first_entry[nid]:first_entry[nid + 1]]),
+                            tuple(dltypes[first_entry[nid]:first_entry[nid + 1]])))
+        layout_nodes.append(CortexNode(False, len(instrs) - 1, text, node.attrs["func_name"],
+                                       node.attrs["num_inputs"], node.attrs["num_outputs"],
+                                       node.attrs["flatten_data"]))
+        next_id += count
+    outputs = tuple(tensor_of_node[src] + idx for src, idx in heads)
+
+    model_inputs, model_params, model_instrs = tuple(inputs), tuple(params), tuple(instrs)
+    layout = CortexLayout(
+        version=version,
+        nodes=tuple(layout_nodes),
+        arg_nodes=tuple(arg_nodes),
+        node_row_ptr=tuple(row_ptr),
+        precision=tuple(precision),
+        storage_id=tuple(attrs["storage_id"]),
+        dltype=tuple(attrs["dltype"]) if "dltype" in attrs else None,
+        device_index="device_index" in attrs,
+        dtype=tuple(attrs["dtype"]) if "dtype" in attrs else None,
+        params=None if arrays is None else tuple((name, a.bits) for name, a in arrays.items()),
+        fits=(model_inputs, model_params, model_instrs, outputs),
+        data_raw=data_raw,
+    )
+    return Model(model_inputs, model_params, model_instrs, outputs, source=layout)
