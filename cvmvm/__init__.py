@@ -1,4 +1,10 @@
-"""cvmvm: a deterministic integer virtual machine for the Cortex VM instruction set."""
+"""cvmvm: a deterministic integer virtual machine for the Cortex VM instruction set.
+
+files.py (bounded reads, atomic writes), vm/ (verification, execution,
+traces, batching, the Python API re-exported here), tx/ (receipts, store,
+replay, step proofs, trace diffs), cli/ (the ``cvmvm`` command).  Layers point
+one way: files <- vm <- tx <- cli, all above isa and serializer.
+"""
 
 import os
 

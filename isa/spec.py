@@ -3,12 +3,14 @@
 Every rule sees only static facts (attribute record and input TensorTypes) and
 states what is wrong with ``require``.  The kernel sees the attribute record
 and the input arrays and contains no validation: it runs only inside a checked
-program.
+program.  The reference kernel (isa/reference/) has the same calling
+convention without the plan, and is the op's normative definition: the fast
+kernel must agree with it on every verified input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -38,6 +40,8 @@ class OpDef:
     # Optional static plan chosen at verification (e.g. the exact GEMM path);
     # when present the kernel is called as kernel(attrs, *arrays, plan=plan).
     plan: Callable[..., Any] | None = None
+    # The readable loop kernel written from the formalization (isa/reference/): required.
+    reference: Kernel = field(kw_only=True)
 
 
 def fixed(*names: str) -> InputNames:

@@ -1,4 +1,4 @@
-"""Helpers the per-op test files share: run one op, catch its error code, verify one instruction."""
+"""Helpers the per-op test files share: run one op or its reference kernel, catch its error code, verify one instruction."""
 
 from __future__ import annotations
 
@@ -35,6 +35,18 @@ def run(name: str, inputs, attrs=None, precisions=None) -> list[np.ndarray]:
 
 def run1(name: str, inputs, attrs=None, precisions=None) -> np.ndarray:
     (out,) = cvmvm.run_op(name, inputs, attrs or {}, precisions)
+    return out
+
+
+def reference(name: str, inputs, attrs=None) -> tuple[np.ndarray, ...]:
+    """The op's reference kernel (isa/reference/), called as the VM calls its kernel: the
+    attribute record (Cortex defaults filled in), then the arrays."""
+    op = OP_BY_NAME[name]
+    return op.reference(parse_attrs(op.attrs, dict(attrs or {}), fill_defaults=True), *inputs)
+
+
+def reference1(name: str, inputs, attrs=None) -> np.ndarray:
+    (out,) = reference(name, inputs, attrs)
     return out
 
 

@@ -19,8 +19,8 @@ from cvmvm.vm.disasm import listing
 from isa.attrs import parse_attrs
 from isa.errors import Rejected
 from isa.ops import elemwise, nn
+from isa.reference import nn as reference
 from isa.types import TensorType, precision_bound
-from tests.naive import nn as naive
 
 INT32_MAX = (1 << 31) - 1
 
@@ -212,7 +212,7 @@ def test_every_path_agrees_on_one_conv2d(case, fill):
         w = rng.integers(-127, 128, ws, dtype=np.int64).astype(np.int32)
     b = rng.integers(1 - (1 << 20), 1 << 20, ws[0], dtype=np.int64).astype(np.int32) if attrs["use_bias"] else None
     a = conv_attrs(**attrs)
-    want = naive.conv2d(x, w, b, a.strides, a.padding, a.dilation, a.groups)
+    (want,) = reference.conv2d(a, x, w, b)
     k = ws[1] * ws[2] * ws[3]
     for plan in forced_plans(k, 8, 8, 21 if b is not None else None):
         args = (x, w) if b is None else (x, w, b)
@@ -229,7 +229,7 @@ def test_every_path_agrees_on_one_dense(m, k, units, px, pw, seed):
     bx, bw = precision_bound(px), precision_bound(pw)
     x = rng.integers(-bx, bx + 1, (m, k), dtype=np.int64).astype(np.int32)
     w = rng.integers(-bw, bw + 1, (units, k), dtype=np.int64).astype(np.int32)
-    want = naive.dense(x, w, None)
+    (want,) = reference.dense(dense_attrs(units), x, w)
     for plan in forced_plans(k, px, pw, None):
         if plan.path == "f32" and plan.chunk * bx * bw > 1 << 24:
             continue

@@ -1,5 +1,5 @@
 """max_pool, MaxPool with indices (spec/MAXPOOL.md): reference vectors, hand tables,
-static rules, must-be-rejected configurations, and the kernel against the naive loops."""
+static rules, must-be-rejected configurations, and the kernel against the reference kernel."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from isa.ops.pool import MAX_POOL, MaxPoolAttrs, _floor_sum, first_empty_window,
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer.model import Input, Instr, Model
-from tests.naive import pool as naive
+from isa.reference import pool as reference
 from tests.reference import decode_array, maxpool_cases
 
 INT32_MIN = -(1 << 31)
@@ -217,7 +217,11 @@ def test_kernel_leaves_its_input_alone():
 # -- static rules -------------------------------------------------------------
 
 def record(r: int, **over) -> MaxPoolAttrs:
-    return parse_attrs(MaxPoolAttrs, attrs_for(r, **over), fill_defaults=False)
+    return record_of(attrs_for(r, **over))
+
+
+def record_of(attrs) -> MaxPoolAttrs:
+    return parse_attrs(MaxPoolAttrs, attrs, fill_defaults=False)
 
 
 @pytest.mark.parametrize("size,k,s,d,pads,auto_pad,ceil,expect", [
@@ -240,8 +244,7 @@ def record(r: int, **over) -> MaxPoolAttrs:
 def test_output_geometry(size, k, s, d, pads, auto_pad, ceil, expect):
     a = record(1, kernel_shape=[k], strides=[s], dilations=[d], pads=list(pads), auto_pad=auto_pad, ceil_mode=ceil)
     assert max_pool_geometry(a, (size,)) == (expect,)
-    assert naive.output_geometry((size,), attrs_for(1, kernel_shape=[k], strides=[s], dilations=[d],
-                                                    pads=list(pads), auto_pad=auto_pad, ceil_mode=ceil)) == [expect]
+    assert reference.output_geometry((size,), a) == [expect]
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "float16", "float32", "float64"])
@@ -387,7 +390,7 @@ def test_kernel_volume_over_the_base_cost_limit():
     assert code_of(x, attrs_for(1, kernel_shape=[(1 << 30) + 1], pads=[1 << 29, 1 << 29])) == "limit.ops"
 
 
-# -- the kernel against the naive loops ---------------------------------------
+# -- the kernel against the reference kernel ---------------------------------------
 
 def _bits(dtype, words):
     return np.array(words, dtype={2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]).view(dtype)
@@ -433,14 +436,14 @@ def pools(draw):
 
 @given(pools())
 @settings(derandomize=True, max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_kernel_matches_naive_loops(case):
+def test_kernel_matches_reference(case):
     x, attrs = case
     if attrs["auto_pad"] == "VALID" and attrs["ceil_mode"] == 1:
         assert code_of(x, attrs) == "invalid.shape"
         return
     try:
-        want = naive.max_pool(x, attrs)
-    except naive.NoOutput:
+        want = reference.max_pool(record_of(attrs), x)
+    except reference.NoOutput:
         assert code_of(x, attrs) == "invalid.shape"
         return
     y, indices = run(x, attrs)
@@ -450,6 +453,6 @@ def test_kernel_matches_naive_loops(case):
 
 
 @pytest.mark.parametrize("case", [c for c in OK if math.prod(c["x"]["shape"]) <= 400], ids=lambda c: c["id"])
-def test_naive_reproduces_the_small_reference_vectors(case):
+def test_reference_reproduces_the_small_reference_vectors(case):
     x = decode_array(case["x"]["b64"], case["x"]["dtype"], case["x"]["shape"])
-    check_expected(case, *naive.max_pool(x, case["attrs"]))
+    check_expected(case, *reference.max_pool(record_of(case["attrs"]), x))

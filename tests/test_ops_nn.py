@@ -1,5 +1,5 @@
 """conv2d, dense, max_pool2d, upsampling: hand cases, the formalization's grids,
-naive loop kernels under hypothesis, precision/cost rules and every rejection."""
+reference kernels under hypothesis, precision/cost rules and every rejection."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from cvmvm.vm.verify import Program
 from isa.attrs import parse_attrs
 from isa.ops import nn
 from isa.types import TensorType
-from tests.naive import nn as naive
-from tests.opkit import family, program, rejects, run
+from tests.opkit import family, program, reference1, rejects, run
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
@@ -168,7 +167,7 @@ def test_dense_formalization_grid(i, j, k):
     rng = np.random.default_rng(1000 * i + 10 * j + k)
     x, w = ints(rng, (i, j), 8), ints(rng, (k, j), 8)
     (y,) = run("dense", [x, w], dict(units=k, use_bias=False))
-    assert np.array_equal(y, naive.dense(x, w, None))
+    assert np.array_equal(y, reference1("dense", [x, w], dict(units=k, use_bias=False)))
 
 
 def _conv_grid_sample(seed: int, count: int) -> list[tuple]:
@@ -196,7 +195,7 @@ def test_conv2d_formalization_grid_sample(shape, kernel, groups, use_bias, strid
                  use_bias=use_bias)
     inputs = [x, w, b] if use_bias else [x, w]
     (y,) = run("conv2d", inputs, attrs)
-    assert np.array_equal(y, naive.conv2d(x, w, b if use_bias else None, (stride, stride), pad, (1, 1), groups))
+    assert np.array_equal(y, reference1("conv2d", inputs, attrs))
 
 
 GRID_4D = list(itertools.product(GRID_J, GRID_L, GRID_R))
@@ -225,7 +224,7 @@ def test_upsampling_formalization_grid():
         assert np.array_equal(y, x[:, :, rows, cols]), (j, l, r)
 
 
-# -- naive loops against the kernels, under hypothesis -------------------------
+# -- reference kernels against the kernels, under hypothesis -------------------------
 
 @st.composite
 def conv_cases(draw):
@@ -256,7 +255,7 @@ def conv_cases(draw):
 
 @settings(derandomize=True, max_examples=120, deadline=None)
 @given(conv_cases())
-def test_conv2d_matches_naive_loops(case):
+def test_conv2d_matches_reference(case):
     rng = np.random.default_rng(case["seed"])
     x = ints(rng, (case["n"], case["c"], *case["hw"]), case["p_data"])
     w = ints(rng, (case["oc"], case["c"] // case["groups"], *case["kernel"]), case["p_weight"])
@@ -267,20 +266,19 @@ def test_conv2d_matches_naive_loops(case):
     inputs = [x, w, b] if case["use_bias"] else [x, w]
     precisions = [case["p_data"], case["p_weight"], case["p_bias"]][:len(inputs)]
     (y,) = run("conv2d", inputs, attrs, precisions)
-    want = naive.conv2d(x, w, b if case["use_bias"] else None, case["strides"], case["padding"],
-                        case["dilation"], case["groups"])
-    assert np.array_equal(y, want)
+    assert np.array_equal(y, reference1("conv2d", inputs, attrs))
 
 
 @settings(derandomize=True, max_examples=80, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 40), st.integers(1, 5), st.booleans(), st.integers(1, 8),
        st.integers(1, 8), st.integers(1, 24), st.integers(0, 2**32 - 1))
-def test_dense_matches_naive_loops(m, k, units, use_bias, p_x, p_w, p_b, seed):
+def test_dense_matches_reference(m, k, units, use_bias, p_x, p_w, p_b, seed):
     rng = np.random.default_rng(seed)
     x, w, b = ints(rng, (m, k), p_x), ints(rng, (units, k), p_w), ints(rng, (units,), p_b)
     inputs = [x, w, b] if use_bias else [x, w]
-    (y,) = run("dense", inputs, dict(units=units, use_bias=use_bias), [p_x, p_w, p_b][:len(inputs)])
-    assert np.array_equal(y, naive.dense(x, w, b if use_bias else None))
+    attrs = dict(units=units, use_bias=use_bias)
+    (y,) = run("dense", inputs, attrs, [p_x, p_w, p_b][:len(inputs)])
+    assert np.array_equal(y, reference1("dense", inputs, attrs))
 
 
 @st.composite
@@ -297,25 +295,26 @@ def pool_cases(draw):
 
 @settings(derandomize=True, max_examples=150, deadline=None)
 @given(pool_cases())
-def test_max_pool2d_matches_naive_loops(case):
+def test_max_pool2d_matches_reference(case):
     for size, k, s, p in zip(case["shape"][2:], case["kernel"], case["strides"], case["padding"]):
         o = nn.pool_extent(size, k, s, p, case["ceil_mode"])
         assume((o - 1) * s - p < size)  # else rejected; tested below
     rng = np.random.default_rng(case["seed"])
     high = 0 if case["negative"] else INT32_MAX
     x = rng.integers(INT32_MIN + 1, high, size=case["shape"], dtype=np.int64, endpoint=True).astype(np.int32)
-    (y,) = run("max_pool2d", [x], dict(pool_size=case["kernel"], strides=case["strides"],
-                                       padding=case["wire_padding"], ceil_mode=case["ceil_mode"]))
-    assert np.array_equal(y, naive.max_pool2d(x, case["kernel"], case["strides"], case["padding"], case["ceil_mode"]))
+    attrs = dict(pool_size=case["kernel"], strides=case["strides"], padding=case["wire_padding"],
+                 ceil_mode=case["ceil_mode"])
+    (y,) = run("max_pool2d", [x], attrs)
+    assert np.array_equal(y, reference1("max_pool2d", [x], attrs))
 
 
 @settings(derandomize=True, max_examples=40, deadline=None)
 @given(st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 4), st.integers(1, 4)),
        st.integers(1, 4), st.integers(0, 2**32 - 1))
-def test_upsampling_matches_naive_loops(shape, scale, seed):
+def test_upsampling_matches_reference(shape, scale, seed):
     x = ints(np.random.default_rng(seed), shape, 32)
     (y,) = run("upsampling", [x], dict(scale=scale))
-    assert np.array_equal(y, naive.upsampling(x, scale))
+    assert np.array_equal(y, reference1("upsampling", [x], dict(scale=scale)))
 
 
 # -- precision rules (SEMANTICS.md section 2) -----------------------------------

@@ -1,4 +1,4 @@
-"""Transform ops: hand-computed cases, the formalization's shape grid, naive kernels
+"""Transform ops: hand-computed cases, the formalization's shape grid, reference kernels
 under hypothesis, and the must-be-rejected cases, all through cvmvm.run_op."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import cvmvm
+from isa.reference import transform as ref
 from isa.attrs import attr_fields
 from isa.ops import transform
 from isa.types import TensorType
-from tests.naive import transform as naive
 from tests.opkit import family
 
 SETTINGS = settings(derandomize=True, max_examples=60, deadline=None,
@@ -55,16 +55,16 @@ def data(shape, seed: int = 0, bound: int = 1000) -> np.ndarray:
 
 def counting(shape) -> np.ndarray:
     """Distinct values, so that any misplaced element shows."""
-    n = naive.size_of(shape)
+    n = ref.size_of(shape)
     return (np.arange(n, dtype=np.int32) - n // 2).reshape(shape)
 
 
-def assert_law(y: np.ndarray, law: naive.Law) -> None:
+def assert_law(y: np.ndarray, law: ref.Law) -> None:
     assert y.shape == law.shape
     assert np.array_equal(y, law.materialize())
 
 
-def assert_law_sampled(y: np.ndarray, law: naive.Law, seed: int, samples: int = 48) -> None:
+def assert_law_sampled(y: np.ndarray, law: ref.Law, seed: int, samples: int = 48) -> None:
     """The output shape, and the formula at its first and last point and a seeded sample."""
     assert y.shape == law.shape
     ks = {0, law.count - 1, *np.random.default_rng(seed).integers(0, law.count, size=samples).tolist()}
@@ -241,7 +241,7 @@ def test_reshape_documented_codes(src, codes, expected):
     y = run("reshape", [x], {"shape": codes})
     assert y.shape == expected
     assert np.array_equal(y.reshape(-1), x.reshape(-1))
-    assert tuple(naive.reshape_shape(src, codes)) == expected
+    assert tuple(ref.reshape_shape(src, codes)) == expected
 
 
 # -- the formalization's test-parameter grid ---------------------------------
@@ -264,39 +264,39 @@ def grid_cases(op: str):
         i, j, l, r = shape
         if op == "repeat":
             axis = axes4[g % 8]
-            yield [x], {"repeats": 2, "axis": axis}, naive.repeat(x, axis, 2)
+            yield [x], {"repeats": 2, "axis": axis}, ref.repeat_law(x, axis, 2)
         elif op == "tile":
-            yield [x], {"reps": (2, 2, 3)}, naive.tile(x, (2, 2, 3))
+            yield [x], {"reps": (2, 2, 3)}, ref.tile_law(x, (2, 2, 3))
         elif op == "flatten":
-            yield [x], {}, naive.flatten(x)
+            yield [x], {}, ref.flatten_law(x)
         elif op == "concatenate":
             axis = axes4[g % 8]
             other = data(shape, seed=g)
-            yield [x, other], {"axis": axis}, naive.concatenate([x, other], axis)
+            yield [x, other], {"axis": axis}, ref.concatenate_law([x, other], axis)
         elif op == "expand_dims":
-            yield [x], {"axis": 2}, naive.expand_dims(x, 2, 1)
+            yield [x], {"axis": 2}, ref.expand_dims_law(x, 2, 1)
         elif op == "reshape":
-            yield [x], {"shape": (r, l, j, i)}, naive.reshape(x, (r, l, j, i))
+            yield [x], {"shape": (r, l, j, i)}, ref.reshape_law(x, (r, l, j, i))
         elif op == "squeeze":
             axes = () if g % 2 else (0,)
-            yield [x], {"axis": axes}, naive.squeeze(x, axes)
+            yield [x], {"axis": axes}, ref.squeeze_law(x, axes)
         elif op == "transpose":
             axes = () if g % 2 else (0, 3, 1, 2)
-            yield [x], {"axes": axes}, naive.transpose(x, axes)
+            yield [x], {"axes": axes}, ref.transpose_law(x, axes)
         elif op == "strided_slice":
             attrs = {"begin": (0, 0, -1, 0), "end": (1, 100, -100, 100), "stride": (1, 2, -1, 3)}
-            yield [x], attrs, naive.strided_slice(x, attrs["begin"], attrs["end"], attrs["stride"])
+            yield [x], attrs, ref.strided_slice_law(x, attrs["begin"], attrs["end"], attrs["stride"])
         elif op == "take":
             idx = a32([[-2, 0, 5], [50, 7, 1000000]])
             axis = (None, 0, 1, 2, 3, -1)[g % 6]
-            yield [x, idx], {"axis": axis}, naive.take(x, idx, axis)
+            yield [x, idx], {"axis": axis}, ref.take_law(x, idx, axis)
         elif op == "cvm_lut":
             table = np.arange(-127, 128, dtype=np.int32)
             idx = x % 300 - 20
-            yield [idx, table], {"in_dim": 255}, naive.cvm_lut(idx, table)
+            yield [idx, table], {"in_dim": 255}, ref.cvm_lut_law(idx, table)
         elif op == "slice_like":
             like = np.zeros((1, (j + 1) // 2, 1, 1), dtype=np.int32)
-            yield [x, like], {"axis": (0, 1)}, naive.slice_like(x, like.shape, (0, 1))
+            yield [x, like], {"axis": (0, 1)}, ref.slice_like_law(x, like.shape, (0, 1))
 
 
 @pytest.mark.parametrize("op", [op.name for op in family(transform)])
@@ -306,7 +306,7 @@ def test_formalization_grid(op):
         assert_law_sampled(y, law, seed=g)
 
 
-# -- naive kernels under hypothesis --------------------------------------------
+# -- reference kernels under hypothesis --------------------------------------------
 
 def shapes(min_rank: int = 1, max_rank: int = 6, max_dim: int = 3):
     return st.lists(st.integers(1, max_dim), min_size=min_rank, max_size=max_rank).map(tuple)
@@ -317,47 +317,47 @@ seeds = st.integers(0, 2**32 - 1)
 
 @SETTINGS
 @given(shapes(), st.data(), st.integers(1, 3), seeds)
-def test_repeat_matches_naive(shape, draw, repeats, seed):
+def test_repeat_matches_reference(shape, draw, repeats, seed):
     axis = draw.draw(st.integers(-len(shape), len(shape) - 1))
     x = data(shape, seed)
-    assert_law(run("repeat", [x], {"repeats": repeats, "axis": axis}), naive.repeat(x, axis, repeats))
+    assert_law(run("repeat", [x], {"repeats": repeats, "axis": axis}), ref.repeat_law(x, axis, repeats))
 
 
 @SETTINGS
 @given(shapes(), st.lists(st.integers(1, 3), min_size=1, max_size=6), seeds)
-def test_tile_matches_naive(shape, reps, seed):
-    law = naive.tile(np.zeros(shape, dtype=np.int32), reps)
+def test_tile_matches_reference(shape, reps, seed):
+    law = ref.tile_law(np.zeros(shape, dtype=np.int32), reps)
     assume(law.count <= 3000)
     x = data(shape, seed)
-    assert_law(run("tile", [x], {"reps": tuple(reps)}), naive.tile(x, reps))
+    assert_law(run("tile", [x], {"reps": tuple(reps)}), ref.tile_law(x, reps))
 
 
 @SETTINGS
 @given(shapes(), seeds)
-def test_flatten_matches_naive(shape, seed):
+def test_flatten_matches_reference(shape, seed):
     x = data(shape, seed)
-    assert_law(run("flatten", [x]), naive.flatten(x))
+    assert_law(run("flatten", [x]), ref.flatten_law(x))
 
 
 @SETTINGS
 @given(shapes(), st.data(), seeds)
-def test_concatenate_matches_naive(shape, draw, seed):
+def test_concatenate_matches_reference(shape, draw, seed):
     axis = draw.draw(st.integers(-len(shape), len(shape) - 1))
     sizes = draw.draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
     real = axis % len(shape)
     xs = [data(shape[:real] + (n,) + shape[real + 1:], seed + k) for k, n in enumerate(sizes)]
     precisions = draw.draw(st.lists(st.integers(11, 32), min_size=len(xs), max_size=len(xs)))
-    assert_law(run("concatenate", xs, {"axis": axis}, precisions), naive.concatenate(xs, axis))
+    assert_law(run("concatenate", xs, {"axis": axis}, precisions), ref.concatenate_law(xs, axis))
 
 
 @SETTINGS
 @given(shapes(max_rank=5), st.data(), seeds)
-def test_expand_dims_matches_naive(shape, draw, seed):
+def test_expand_dims_matches_reference(shape, draw, seed):
     n = len(shape)
     axis = draw.draw(st.integers(-n - 1, n))
     num = draw.draw(st.integers(0, 6 - n))
     x = data(shape, seed)
-    assert_law(run("expand_dims", [x], {"axis": axis, "num_newaxis": num}), naive.expand_dims(x, axis, num))
+    assert_law(run("expand_dims", [x], {"axis": axis, "num_newaxis": num}), ref.expand_dims_law(x, axis, num))
 
 
 @st.composite
@@ -398,12 +398,12 @@ def reshape_codes(draw, src):
 
 @MORE
 @given(shapes(max_rank=4, max_dim=6), st.data(), seeds)
-def test_reshape_codes_match_naive(shape, draw, seed):
+def test_reshape_codes_match_reference(shape, draw, seed):
     codes = draw.draw(reshape_codes(shape))
-    expected = naive.reshape_shape(shape, codes)
+    expected = ref.reshape_shape(shape, codes)
     assume(len(expected) <= 6)
     x = data(shape, seed)
-    assert_law(run("reshape", [x], {"shape": codes}), naive.reshape(x, codes))
+    assert_law(run("reshape", [x], {"shape": codes}), ref.reshape_law(x, codes))
 
 
 @st.composite
@@ -424,38 +424,38 @@ def factorizations(draw, total):
 
 @MORE
 @given(shapes(max_rank=6, max_dim=4), st.data(), seeds)
-def test_reshape_explicit_sizes_match_naive(shape, draw, seed):
-    codes = draw.draw(factorizations(naive.size_of(shape)))
+def test_reshape_explicit_sizes_match_reference(shape, draw, seed):
+    codes = draw.draw(factorizations(ref.size_of(shape)))
     x = data(shape, seed)
-    assert_law(run("reshape", [x], {"shape": codes}), naive.reshape(x, codes))
+    assert_law(run("reshape", [x], {"shape": codes}), ref.reshape_law(x, codes))
 
 
 @SETTINGS
 @given(shapes(), st.data(), seeds)
-def test_squeeze_matches_naive(shape, draw, seed):
+def test_squeeze_matches_reference(shape, draw, seed):
     n = len(shape)
     units = [i for i, d in enumerate(shape) if d == 1]
     chosen = draw.draw(st.lists(st.sampled_from(units), max_size=min(n + 1, 6))) if units else []
     axes = tuple(i - n if draw.draw(st.booleans()) else i for i in chosen)
     x = data(shape, seed)
-    assert_law(run("squeeze", [x], {"axis": axes}), naive.squeeze(x, axes))
+    assert_law(run("squeeze", [x], {"axis": axes}), ref.squeeze_law(x, axes))
 
 
 @SETTINGS
 @given(shapes(), st.data(), seeds)
-def test_transpose_matches_naive(shape, draw, seed):
+def test_transpose_matches_reference(shape, draw, seed):
     n = len(shape)
     axes: tuple[int, ...] = ()
     if draw.draw(st.booleans()):
         perm = draw.draw(st.permutations(range(n)))
         axes = tuple(p - n if draw.draw(st.booleans()) else p for p in perm)
     x = data(shape, seed)
-    assert_law(run("transpose", [x], {"axes": axes}), naive.transpose(x, axes))
+    assert_law(run("transpose", [x], {"axes": axes}), ref.transpose_law(x, axes))
 
 
 @MORE
 @given(shapes(max_dim=5), st.data(), seeds)
-def test_strided_slice_matches_naive_or_rejects_an_empty_range(shape, draw, seed):
+def test_strided_slice_matches_reference_or_rejects_an_empty_range(shape, draw, seed):
     n = len(shape)
     bound = 2 * max(shape) + 2
     begin = tuple(draw.draw(st.lists(st.integers(-bound, bound), max_size=n)))
@@ -463,7 +463,7 @@ def test_strided_slice_matches_naive_or_rejects_an_empty_range(shape, draw, seed
     stride = tuple(draw.draw(st.lists(st.integers(-3, 3).filter(bool), max_size=n)))
     x = data(shape, seed)
     attrs = {"begin": begin, "end": end, "stride": stride}
-    law = naive.strided_slice(x, begin, end, stride)
+    law = ref.strided_slice_law(x, begin, end, stride)
     if all(d >= 1 for d in law.shape):
         assert_law(run("strided_slice", [x], attrs), law)
     else:
@@ -472,27 +472,27 @@ def test_strided_slice_matches_naive_or_rejects_an_empty_range(shape, draw, seed
 
 @SETTINGS
 @given(shapes(max_rank=4), st.data(), seeds)
-def test_take_matches_naive(shape, draw, seed):
+def test_take_matches_reference(shape, draw, seed):
     n = len(shape)
     axis = draw.draw(st.none() | st.integers(-n, n - 1))
     room = 6 if axis is None else 7 - n
     idx_shape = draw.draw(shapes(max_rank=min(room, 3)))
     x = data(shape, seed)
-    idx = data(idx_shape, seed + 1, bound=naive.size_of(shape) + 3)
-    assert_law(run("take", [x, idx], {"axis": axis}), naive.take(x, idx, axis))
+    idx = data(idx_shape, seed + 1, bound=ref.size_of(shape) + 3)
+    assert_law(run("take", [x, idx], {"axis": axis}), ref.take_law(x, idx, axis))
 
 
 @SETTINGS
 @given(shapes(max_rank=3), shapes(max_rank=3, max_dim=5), seeds)
-def test_cvm_lut_matches_naive(idx_shape, table_shape, seed):
+def test_cvm_lut_matches_reference(idx_shape, table_shape, seed):
     table = data(table_shape, seed)
     idx = data(idx_shape, seed + 1, bound=table.size + 3)
-    assert_law(run("cvm_lut", [idx, table], {"in_dim": table.size}), naive.cvm_lut(idx, table))
+    assert_law(run("cvm_lut", [idx, table], {"in_dim": table.size}), ref.cvm_lut_law(idx, table))
 
 
 @SETTINGS
 @given(shapes(max_dim=4), st.integers(1, 6), st.data(), seeds)
-def test_slice_like_matches_naive(shape, like_rank, draw, seed):
+def test_slice_like_matches_reference(shape, like_rank, draw, seed):
     n = len(shape)
     common = min(n, like_rank)
     chosen = draw.draw(st.lists(st.integers(0, common - 1), max_size=common + 1))
@@ -502,7 +502,7 @@ def test_slice_like_matches_naive(shape, like_rank, draw, seed):
     axes = tuple(j - n if draw.draw(st.booleans()) else j for j in chosen)
     x = data(shape, seed)
     like = np.zeros(like_shape, dtype=np.int32)
-    assert_law(run("slice_like", [x, like], {"axis": axes}), naive.slice_like(x, like_shape, axes))
+    assert_law(run("slice_like", [x, like], {"axis": axes}), ref.slice_like_law(x, like_shape, axes))
 
 
 # -- must be rejected ----------------------------------------------------------

@@ -34,3 +34,14 @@ def test_every_op_is_complete():
         for f in attr_fields(op.attrs):
             assert f.domain.describe, (op.name, f.name)
         assert op.outputs and all(callable(r) for r in (op.inputs, op.shape, op.precision, op.cost, op.kernel))
+
+
+def test_every_op_names_its_reference_kernel():
+    """Each op's block names its reference kernel: the function named after the op (a trailing _
+    where the name is a Python builtin) in the isa/reference module of the op's family."""
+    families = {"elemwise": elemwise, "broadcast": broadcast, "reduce": reduce, "nn": nn, "transform": transform,
+                "vision": vision, "pool": pool}
+    for family, module in families.items():
+        for op in (v for v in vars(module).values() if isinstance(v, OpDef)):
+            assert op.reference.__module__ == f"isa.reference.{family}", op.name
+            assert op.reference.__name__.rstrip("_") == op.name, op.name

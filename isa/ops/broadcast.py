@@ -5,6 +5,10 @@ shorter with leading 1s; on every axis the sizes match or one of them is 1,
 and the output takes the larger.  Kernels compute in int32: each output
 precision is at most 32 (verification checks it), and each rule below proves
 the result and every intermediate fit within it.
+
+The normative definition of each op here is its reference kernel,
+isa/reference/broadcast.py (named in its OpDef); the kernels below are the fast
+ones, tested against it under hypothesis.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import numpy as np
 
 from isa.errors import require
 from isa.ops.elemwise import NoAttrs, carry_precision
+from isa.reference import broadcast as reference
 from isa.spec import OpDef, fixed, unit_cost
 from isa.types import Shape, TensorType, div_trunc
 
@@ -40,7 +45,7 @@ def broadcast_add_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_ADD = OpDef("broadcast_add", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=carry_precision, cost=unit_cost,
-                      kernel=broadcast_add_kernel)
+                      kernel=broadcast_add_kernel, reference=reference.broadcast_add)
 
 
 # -- broadcast_sub -----------------------------------------------------------
@@ -52,7 +57,7 @@ def broadcast_sub_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_SUB = OpDef("broadcast_sub", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=carry_precision, cost=unit_cost,
-                      kernel=broadcast_sub_kernel)
+                      kernel=broadcast_sub_kernel, reference=reference.broadcast_sub)
 
 
 # -- broadcast_mul -----------------------------------------------------------
@@ -69,7 +74,7 @@ def broadcast_mul_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_MUL = OpDef("broadcast_mul", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=broadcast_mul_precision, cost=unit_cost,
-                      kernel=broadcast_mul_kernel)
+                      kernel=broadcast_mul_kernel, reference=reference.broadcast_mul)
 
 
 # -- broadcast_div -----------------------------------------------------------
@@ -85,7 +90,7 @@ def broadcast_div_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_DIV = OpDef("broadcast_div", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=broadcast_div_precision, cost=unit_cost,
-                      kernel=broadcast_div_kernel)
+                      kernel=broadcast_div_kernel, reference=reference.broadcast_div)
 
 
 # -- broadcast_max -----------------------------------------------------------
@@ -97,7 +102,7 @@ def broadcast_max_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_MAX = OpDef("broadcast_max", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=wider_precision, cost=unit_cost,
-                      kernel=broadcast_max_kernel)
+                      kernel=broadcast_max_kernel, reference=reference.broadcast_max)
 
 
 # -- broadcast_greater -------------------------------------------------------
@@ -114,7 +119,7 @@ def broadcast_greater_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[
 
 BROADCAST_GREATER = OpDef("broadcast_greater", NoAttrs, fixed("lhs", "rhs"), ("output",),
                           shape=broadcast_shape, precision=broadcast_greater_precision, cost=unit_cost,
-                          kernel=broadcast_greater_kernel)
+                          kernel=broadcast_greater_kernel, reference=reference.broadcast_greater)
 
 
 # -- where -------------------------------------------------------------------
@@ -138,5 +143,6 @@ def where_kernel(a: NoAttrs, cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> 
 
 
 WHERE = OpDef("where", NoAttrs, fixed("condition", "x", "y"), ("output",),
-              shape=where_shape, precision=where_precision, cost=unit_cost, kernel=where_kernel)
+              shape=where_shape, precision=where_precision, cost=unit_cost, kernel=where_kernel,
+              reference=reference.where)
 

@@ -9,6 +9,10 @@ where that depends on more than the op's own rule, the op's ``plan`` decides
 it at verification.  Clips pass int32 bounds: numpy's vectorized int32 clip
 runs several times faster than ``np.maximum``/``np.minimum`` or Python-int
 bounds (and the method skips a wrapper that costs more than a small tensor's clip).
+
+The normative definition of each op here is its reference kernel,
+isa/reference/elemwise.py (named in its OpDef); the kernels below are the fast
+ones, tested against it under hypothesis.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from isa.attrs import BOOL, INT, INT32_MAX, attr, between, one_of
 from isa.errors import InvalidError, require
+from isa.reference import elemwise as reference
 from isa.spec import OpDef, fixed, same_precision, same_shape, unit_cost
 from isa.types import MAX_PRECISION, MIN_PRECISION, Shape, TensorType, number_precision, precision_bound
 
@@ -46,7 +51,7 @@ def relu_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 RELU = OpDef("relu", NoAttrs, fixed("data"), ("output",),
-             shape=same_shape, precision=same_precision, cost=unit_cost, kernel=relu_kernel)
+             shape=same_shape, precision=same_precision, cost=unit_cost, kernel=relu_kernel, reference=reference.relu)
 
 
 # -- abs ---------------------------------------------------------------------
@@ -57,7 +62,7 @@ def abs_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 ABS = OpDef("abs", NoAttrs, fixed("data"), ("output",),
-            shape=same_shape, precision=same_precision, cost=unit_cost, kernel=abs_kernel)
+            shape=same_shape, precision=same_precision, cost=unit_cost, kernel=abs_kernel, reference=reference.abs_)
 
 
 # -- negative ----------------------------------------------------------------
@@ -68,7 +73,8 @@ def negative_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 NEGATIVE = OpDef("negative", NoAttrs, fixed("data"), ("output",),
-                 shape=same_shape, precision=same_precision, cost=unit_cost, kernel=negative_kernel)
+                 shape=same_shape, precision=same_precision, cost=unit_cost, kernel=negative_kernel,
+                 reference=reference.negative)
 
 
 # -- cvm_precision -----------------------------------------------------------
@@ -89,7 +95,7 @@ def cvm_precision_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 CVM_PRECISION = OpDef("cvm_precision", NoAttrs, fixed("data"), ("output",),
                       shape=same_shape, precision=cvm_precision_precision, cost=unit_cost,
-                      kernel=cvm_precision_kernel)
+                      kernel=cvm_precision_kernel, reference=reference.cvm_precision)
 
 
 # -- elemwise_add ------------------------------------------------------------
@@ -101,7 +107,7 @@ def elemwise_add_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.nd
 
 ELEMWISE_ADD = OpDef("elemwise_add", NoAttrs, fixed("lhs", "rhs"), ("output",),
                      shape=identical_shapes, precision=carry_precision, cost=unit_cost,
-                     kernel=elemwise_add_kernel)
+                     kernel=elemwise_add_kernel, reference=reference.elemwise_add)
 
 
 # -- elemwise_sub ------------------------------------------------------------
@@ -113,7 +119,7 @@ def elemwise_sub_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.nd
 
 ELEMWISE_SUB = OpDef("elemwise_sub", NoAttrs, fixed("lhs", "rhs"), ("output",),
                      shape=identical_shapes, precision=carry_precision, cost=unit_cost,
-                     kernel=elemwise_sub_kernel)
+                     kernel=elemwise_sub_kernel, reference=reference.elemwise_sub)
 
 
 # -- clip --------------------------------------------------------------------
@@ -140,7 +146,7 @@ def clip_kernel(a: ClipAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 CLIP = OpDef("clip", ClipAttrs, fixed("data"), ("output",),
-             shape=same_shape, precision=clip_precision, cost=unit_cost, kernel=clip_kernel)
+             shape=same_shape, precision=clip_precision, cost=unit_cost, kernel=clip_kernel, reference=reference.clip)
 
 
 # -- cvm_clip ----------------------------------------------------------------
@@ -163,7 +169,8 @@ def cvm_clip_kernel(a: CvmClipAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 CVM_CLIP = OpDef("cvm_clip", CvmClipAttrs, fixed("data"), ("output",),
-                 shape=same_shape, precision=cvm_clip_precision, cost=unit_cost, kernel=cvm_clip_kernel)
+                 shape=same_shape, precision=cvm_clip_precision, cost=unit_cost, kernel=cvm_clip_kernel,
+                 reference=reference.cvm_clip)
 
 
 # -- cvm_right_shift ---------------------------------------------------------
@@ -224,7 +231,7 @@ def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray, *, plan: RightShiftPla
 
 CVM_RIGHT_SHIFT = OpDef("cvm_right_shift", RightShiftAttrs, fixed("data"), ("output",),
                         shape=same_shape, precision=right_shift_precision, cost=unit_cost,
-                        kernel=right_shift_kernel, plan=right_shift_plan)
+                        kernel=right_shift_kernel, plan=right_shift_plan, reference=reference.cvm_right_shift)
 
 
 # -- cvm_left_shift ----------------------------------------------------------
@@ -253,5 +260,5 @@ def left_shift_kernel(a: LeftShiftAttrs, x: np.ndarray) -> tuple[np.ndarray, ...
 
 CVM_LEFT_SHIFT = OpDef("cvm_left_shift", LeftShiftAttrs, fixed("data"), ("output",),
                        shape=same_shape, precision=left_shift_precision, cost=unit_cost,
-                       kernel=left_shift_kernel)
+                       kernel=left_shift_kernel, reference=reference.cvm_left_shift)
 

@@ -7,6 +7,10 @@ BLAS adds in (blocking, threads, FMA): each partial sum is a sum of some of the
 K products, bounded by K * max|x| * max|w|.  That bound comes from the verified
 precisions alone, so the path (``GemmPlan``) is chosen at verification and
 never depends on the data.
+
+The normative definition of each op here is its reference kernel,
+isa/reference/nn.py (named in its OpDef); the kernels below are the fast
+ones, tested against it under hypothesis.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from isa.attrs import ANY_BOOL, BOOL, INT, INT32_MAX, INT32_MIN, INTS, STR, attr, between, each, one_of
 from isa.errors import require
+from isa.reference import nn as reference
 from isa.spec import OpDef, fixed, same_precision, unit_cost
 from isa.types import MAX_DIM, Shape, TensorType, bitlen, precision_bound
 
@@ -227,7 +232,7 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
 
 CONV2D = OpDef("conv2d", Conv2DAttrs, _use_bias_inputs, ("output",),
                shape=conv2d_shape, precision=conv2d_precision, cost=conv2d_cost, kernel=conv2d_kernel,
-               plan=conv2d_plan)
+               plan=conv2d_plan, reference=reference.conv2d)
 
 
 # -- dense ---------------------------------------------------------------------
@@ -272,7 +277,7 @@ def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | No
 
 DENSE = OpDef("dense", DenseAttrs, _use_bias_inputs, ("output",),
               shape=dense_shape, precision=dense_precision, cost=dense_cost, kernel=dense_kernel,
-              plan=dense_plan)
+              plan=dense_plan, reference=reference.dense)
 
 
 # -- max_pool2d ----------------------------------------------------------------
@@ -344,7 +349,7 @@ def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray) -> tuple[np.ndarray, ...
 
 MAX_POOL2D = OpDef("max_pool2d", MaxPool2DAttrs, fixed("data"), ("output",),
                    shape=max_pool2d_shape, precision=same_precision, cost=max_pool2d_cost,
-                   kernel=max_pool2d_kernel)
+                   kernel=max_pool2d_kernel, reference=reference.max_pool2d)
 
 
 # -- upsampling ----------------------------------------------------------------
@@ -368,5 +373,6 @@ def upsampling_kernel(a: UpSamplingAttrs, x: np.ndarray) -> tuple[np.ndarray, ..
 
 
 UPSAMPLING = OpDef("upsampling", UpSamplingAttrs, fixed("data"), ("output",),
-                   shape=upsampling_shape, precision=same_precision, cost=unit_cost, kernel=upsampling_kernel)
+                   shape=upsampling_shape, precision=same_precision, cost=unit_cost, kernel=upsampling_kernel,
+                   reference=reference.upsampling)
 

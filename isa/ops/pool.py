@@ -2,6 +2,10 @@
 
 max_pool only selects, it never computes, so it is exact in every dtype it
 takes, floats included.  The CVM's int32 max_pool2d is a different op (nn).
+
+The normative definition of each op here is its reference kernel,
+isa/reference/pool.py (named in its OpDef); the kernels below are the fast
+ones, tested against it under hypothesis.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import numpy as np
 
 from isa.attrs import ANY_INT32, INT, INT32_MAX, INTS, STR, attr, between, each, one_of
 from isa.errors import require
+from isa.reference import pool as reference
 from isa.spec import OpDef, fixed, normalize_axis
 from isa.types import DTYPES, INT32, Shape, TensorType, bitlen, shape_size
 
@@ -221,4 +226,4 @@ def max_pool_kernel(a: MaxPoolAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 MAX_POOL = OpDef("max_pool", MaxPoolAttrs, fixed("X"), ("Y", "Indices"),
                  shape=max_pool_shape, precision=max_pool_precision, cost=max_pool_cost,
-                 kernel=max_pool_kernel, dtypes=max_pool_dtypes)
+                 kernel=max_pool_kernel, dtypes=max_pool_dtypes, reference=reference.max_pool)

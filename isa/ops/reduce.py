@@ -5,6 +5,10 @@ end, no axis twice); R, the axes actually reduced, is U - T with ``exclude``,
 else T, and all of U when T is empty and ``exclude`` is false.  ``keepdims``
 leaves each reduced axis as size 1; otherwise they are dropped, and a result
 with no axis left has shape (1,).
+
+The normative definition of each op here is its reference kernel,
+isa/reference/reduce.py (named in its OpDef); the kernels below are the fast
+ones, tested against it under hypothesis.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import numpy as np
 
 from isa.attrs import ANY_BOOL, ANY_INT32, BOOL, INTS, STR, attr, each, one_of
 from isa.errors import require
+from isa.reference import reduce as reference
 from isa.spec import OpDef, fixed, normalize_axis, same_precision, unit_cost
 from isa.types import MAX_RANK, Shape, TensorType, bitlen, shape_size
 
@@ -70,7 +75,7 @@ def sum_kernel(a: ReduceAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 SUM = OpDef("sum", ReduceAttrs, fixed("data"), ("output",),
-            shape=reduce_shape, precision=sum_precision, cost=sum_cost, kernel=sum_kernel)
+            shape=reduce_shape, precision=sum_precision, cost=sum_cost, kernel=sum_kernel, reference=reference.sum_)
 
 
 # -- max ---------------------------------------------------------------------
@@ -82,5 +87,5 @@ def max_kernel(a: ReduceAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 MAX = OpDef("max", ReduceAttrs, fixed("data"), ("output",),
-            shape=reduce_shape, precision=same_precision, cost=unit_cost, kernel=max_kernel)
+            shape=reduce_shape, precision=same_precision, cost=unit_cost, kernel=max_kernel, reference=reference.max_)
 

@@ -1,3 +1,4 @@
+# Over 400 lines: twelve complete op blocks of one family, each read top to bottom.
 """Transform ops: they move, copy or select values and never compute new ones.
 
 So every kernel is exact in int32 and every output keeps its source's precision
@@ -8,6 +9,10 @@ SEMANTICS.md section 5 deciding.  The helpers a rule and its kernel share
 checks before calling them, and reshape's codes, whose checks are interleaved
 with their parsing, are parsed once at verification into a plan.  Shape
 arithmetic is on Python ints, where ``//`` of non-negative operands is exact.
+
+The normative definition of each op here is its reference kernel,
+isa/reference/transform.py (named in its OpDef); the kernels below are the fast
+ones, tested against it under hypothesis.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 from isa.attrs import ANY_INT32, INT, INT32_MAX, INTS, OPT_INT, Domain, attr, between, each
 from isa.errors import require
 from isa.ops.elemwise import NoAttrs
+from isa.reference import transform as reference
 from isa.spec import OpDef, fixed, normalize_axis, same_precision, unit_cost
 from isa.types import MAX_RANK, Shape, TensorType, shape_size
 
@@ -45,7 +51,8 @@ def repeat_kernel(a: RepeatAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 REPEAT = OpDef("repeat", RepeatAttrs, fixed("data"), ("output",),
-               shape=repeat_shape, precision=same_precision, cost=unit_cost, kernel=repeat_kernel)
+               shape=repeat_shape, precision=same_precision, cost=unit_cost, kernel=repeat_kernel,
+               reference=reference.repeat)
 
 
 # -- tile --------------------------------------------------------------------
@@ -69,7 +76,7 @@ def tile_kernel(a: TileAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 TILE = OpDef("tile", TileAttrs, fixed("data"), ("output",),
-             shape=tile_shape, precision=same_precision, cost=unit_cost, kernel=tile_kernel)
+             shape=tile_shape, precision=same_precision, cost=unit_cost, kernel=tile_kernel, reference=reference.tile)
 
 
 # -- flatten -----------------------------------------------------------------
@@ -89,7 +96,8 @@ def flatten_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 FLATTEN = OpDef("flatten", NoAttrs, fixed("data"), ("output",),
-                shape=flatten_shape, precision=same_precision, cost=unit_cost, kernel=flatten_kernel)
+                shape=flatten_shape, precision=same_precision, cost=unit_cost, kernel=flatten_kernel,
+                reference=reference.flatten)
 
 
 # -- concatenate -------------------------------------------------------------
@@ -128,7 +136,7 @@ def concatenate_kernel(a: ConcatenateAttrs, *xs: np.ndarray) -> tuple[np.ndarray
 
 CONCATENATE = OpDef("concatenate", ConcatenateAttrs, concatenate_inputs, ("output",),
                     shape=concatenate_shape, precision=concatenate_precision, cost=unit_cost,
-                    kernel=concatenate_kernel)
+                    kernel=concatenate_kernel, reference=reference.concatenate)
 
 
 # -- expand_dims -------------------------------------------------------------
@@ -158,7 +166,7 @@ def expand_dims_kernel(a: ExpandDimsAttrs, x: np.ndarray) -> tuple[np.ndarray, .
 
 EXPAND_DIMS = OpDef("expand_dims", ExpandDimsAttrs, fixed("data"), ("output",),
                     shape=expand_dims_shape, precision=same_precision, cost=unit_cost,
-                    kernel=expand_dims_kernel)
+                    kernel=expand_dims_kernel, reference=reference.expand_dims)
 
 
 # -- reshape -----------------------------------------------------------------
@@ -265,7 +273,7 @@ def reshape_kernel(a: ReshapeAttrs, x: np.ndarray, *, plan: Shape) -> tuple[np.n
 
 RESHAPE = OpDef("reshape", ReshapeAttrs, fixed("data"), ("output",),
                 shape=reshape_shape, precision=same_precision, cost=unit_cost, kernel=reshape_kernel,
-                plan=reshape_plan)
+                plan=reshape_plan, reference=reference.reshape)
 
 
 # -- squeeze -----------------------------------------------------------------
@@ -298,7 +306,8 @@ def squeeze_kernel(a: SqueezeAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 SQUEEZE = OpDef("squeeze", SqueezeAttrs, fixed("data"), ("output",),
-                shape=squeeze_shape, precision=same_precision, cost=unit_cost, kernel=squeeze_kernel)
+                shape=squeeze_shape, precision=same_precision, cost=unit_cost, kernel=squeeze_kernel,
+                reference=reference.squeeze)
 
 
 # -- transpose ---------------------------------------------------------------
@@ -330,7 +339,8 @@ def transpose_kernel(a: TransposeAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]
 
 
 TRANSPOSE = OpDef("transpose", TransposeAttrs, fixed("data"), ("output",),
-                  shape=transpose_shape, precision=same_precision, cost=unit_cost, kernel=transpose_kernel)
+                  shape=transpose_shape, precision=same_precision, cost=unit_cost, kernel=transpose_kernel,
+                  reference=reference.transpose)
 
 
 # -- strided_slice -----------------------------------------------------------
@@ -380,7 +390,7 @@ def strided_slice_kernel(a: StridedSliceAttrs, x: np.ndarray) -> tuple[np.ndarra
 
 STRIDED_SLICE = OpDef("strided_slice", StridedSliceAttrs, fixed("data"), ("output",),
                       shape=strided_slice_shape, precision=same_precision, cost=unit_cost,
-                      kernel=strided_slice_kernel)
+                      kernel=strided_slice_kernel, reference=reference.strided_slice)
 
 
 # -- take --------------------------------------------------------------------
@@ -406,7 +416,7 @@ def take_kernel(a: TakeAttrs, x: np.ndarray, indices: np.ndarray) -> tuple[np.nd
 
 
 TAKE = OpDef("take", TakeAttrs, fixed("data", "indices"), ("output",),
-             shape=take_shape, precision=same_precision, cost=unit_cost, kernel=take_kernel)
+             shape=take_shape, precision=same_precision, cost=unit_cost, kernel=take_kernel, reference=reference.take)
 
 
 # -- cvm_lut -----------------------------------------------------------------
@@ -431,7 +441,8 @@ def cvm_lut_kernel(a: CvmLutAttrs, indices: np.ndarray, table: np.ndarray) -> tu
 
 
 CVM_LUT = OpDef("cvm_lut", CvmLutAttrs, fixed("indices", "table"), ("output",),
-                shape=cvm_lut_shape, precision=cvm_lut_precision, cost=unit_cost, kernel=cvm_lut_kernel)
+                shape=cvm_lut_shape, precision=cvm_lut_precision, cost=unit_cost, kernel=cvm_lut_kernel,
+                reference=reference.cvm_lut)
 
 
 # -- slice_like --------------------------------------------------------------
@@ -468,5 +479,6 @@ def slice_like_kernel(a: SliceLikeAttrs, x: np.ndarray, like: np.ndarray) -> tup
 
 
 SLICE_LIKE = OpDef("slice_like", SliceLikeAttrs, fixed("data", "shape_like"), ("output",),
-                   shape=slice_like_shape, precision=same_precision, cost=unit_cost, kernel=slice_like_kernel)
+                   shape=slice_like_shape, precision=same_precision, cost=unit_cost, kernel=slice_like_kernel,
+                   reference=reference.slice_like)
 

@@ -4,6 +4,10 @@ Rows are boxes [id, score, x1, y1, x2, y2, ...]; a row of -1 is "no box".
 Both ops follow the formalization (= the Cortex runtime's formal device),
 never the CPU device's quirks (SEMANTICS.md section 4), and never write into
 their inputs.
+
+The normative definition of each op here is its reference kernel,
+isa/reference/vision.py (named in its OpDef); the kernels below are the fast
+ones, tested against it under hypothesis.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import numpy as np
 
 from isa.attrs import ANY_BOOL, ANY_INT32, BOOL, INT, INT32_MAX, attr, between, one_of
 from isa.errors import require
+from isa.reference import vision as reference
 from isa.spec import OpDef, fixed, int32_only, unit_cost
 from isa.types import INT32, Shape, TensorType, number_precision
 
@@ -65,7 +70,8 @@ def get_valid_counts_kernel(a: GetValidCountsAttrs, x: np.ndarray) -> tuple[np.n
 # has, so the base cost stays 1.
 GET_VALID_COUNTS = OpDef("get_valid_counts", GetValidCountsAttrs, fixed("data"), ("valid_count", "output"),
                          shape=get_valid_counts_shape, precision=get_valid_counts_precision,
-                         cost=unit_cost, kernel=get_valid_counts_kernel, dtypes=get_valid_counts_dtypes)
+                         cost=unit_cost, kernel=get_valid_counts_kernel, dtypes=get_valid_counts_dtypes,
+                         reference=reference.get_valid_counts)
 
 
 # -- non_max_suppression -------------------------------------------------------
@@ -170,5 +176,5 @@ def nms_kernel(a: NonMaxSuppressionAttrs, x: np.ndarray, valid_count: np.ndarray
 
 NON_MAX_SUPPRESSION = OpDef("non_max_suppression", NonMaxSuppressionAttrs, fixed("data", "valid_count"),
                             ("output",), shape=nms_shape, precision=nms_precision, cost=nms_cost,
-                            kernel=nms_kernel)
+                            kernel=nms_kernel, reference=reference.non_max_suppression)
 

@@ -1,9 +1,12 @@
-"""Naive kernels for the transform ops, written straight from cvm-formalization.md.
+"""Reference kernels of the transform ops, written straight from cvm-formalization.md.
 
 Each op is stated as its formula reads, as a ``Law``: the output shape, and for
 every point k of the formula's index range the output cell it defines and that
 cell's value: ``Y[d] = X[g(d)]`` ranges over the output, ``Y[f(d)] = X[d]`` over
 the input.  Plain Python ints and loops; nothing shared with isa/ops/transform.py.
+Each op's reference kernel (at the end) materializes its law; tests also
+sample the laws directly on large shapes.  Normative: the fast kernels are
+tested against them.
 ``Law.materialize`` builds the whole output (checking that the formula writes
 every cell exactly once); ``Law.cell`` evaluates one point, so that large
 shapes can be checked on a sample.  Where SEMANTICS.md or the Cortex runtime
@@ -13,7 +16,7 @@ decides an open point the comment says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -87,15 +90,15 @@ def scatter(shape: Sequence[int], x: np.ndarray, place: Callable[[Index], Index]
     return Law(tuple(shape), x.size, cell)
 
 
-# -- ops ---------------------------------------------------------------------
+# -- each op's law -----------------------------------------------------------
 
-def repeat(x: np.ndarray, axis: int, repeats: int) -> Law:
+def repeat_law(x: np.ndarray, axis: int, repeats: int) -> Law:
     ax = real_axis(axis, x.ndim)
     shape = [n * repeats if i == ax else n for i, n in enumerate(x.shape)]
     return gather(shape, lambda d: int(x[d[:ax] + (d[ax] // repeats,) + d[ax + 1:]]))
 
 
-def tile(x: np.ndarray, reps: Sequence[int]) -> Law:
+def tile_law(x: np.ndarray, reps: Sequence[int]) -> Law:
     n, m = x.ndim, len(reps)
     k = max(m, n)
     sx = [x.shape[p - k + n] if p >= k - n else 1 for p in range(k)]
@@ -104,7 +107,7 @@ def tile(x: np.ndarray, reps: Sequence[int]) -> Law:
     return gather(shape, lambda kk: int(x[tuple(kk[k - n + i] % x.shape[i] for i in range(n))]))
 
 
-def flatten(x: np.ndarray) -> Law:
+def flatten_law(x: np.ndarray) -> Law:
     # The runtime's 2-D form (n0, n1 * ... * n_{N-1}); the element order is flatten_index.
     rest = size_of(x.shape[1:])
 
@@ -115,7 +118,7 @@ def flatten(x: np.ndarray) -> Law:
     return scatter((x.shape[0], rest), x, place)
 
 
-def concatenate(xs: Sequence[np.ndarray], axis: int) -> Law:
+def concatenate_law(xs: Sequence[np.ndarray], axis: int) -> Law:
     ax = real_axis(axis, xs[0].ndim)
     shape = list(xs[0].shape)
     shape[ax] = sum(x.shape[ax] for x in xs)
@@ -132,7 +135,7 @@ def concatenate(xs: Sequence[np.ndarray], axis: int) -> Law:
     return Law(tuple(shape), sum(x.size for x in xs), cell)
 
 
-def expand_dims(x: np.ndarray, axis: int, num_newaxis: int) -> Law:
+def expand_dims_law(x: np.ndarray, axis: int, num_newaxis: int) -> Law:
     # A negative axis counts from the end of the output (the runtime and the
     # reference vectors: axis + N + 1); the formalization's "axis + N" is a slip.
     n = x.ndim
@@ -180,13 +183,13 @@ def reshape_shape(src: Sequence[int], target: Sequence[int]) -> list[int]:
     return out
 
 
-def reshape(x: np.ndarray, target: Sequence[int]) -> Law:
+def reshape_law(x: np.ndarray, target: Sequence[int]) -> Law:
     m = reshape_shape(x.shape, target)
     # T = flatten(X), T[flatten_index(e)] = X[e]: so T[t] = X[unravel(t)].
     return gather(m, lambda d: int(x[unravel(flatten_index(d, m), x.shape)]))
 
 
-def squeeze(x: np.ndarray, axes: Sequence[int]) -> Law:
+def squeeze_law(x: np.ndarray, axes: Sequence[int]) -> Law:
     n = x.ndim
     real = {real_axis(a, n) for a in axes} if axes else {a for a in range(n) if x.shape[a] == 1}
     keep = [i for i in range(n) if i not in real]  # I: the increasing map onto the kept axes
@@ -195,14 +198,14 @@ def squeeze(x: np.ndarray, axes: Sequence[int]) -> Law:
     return scatter([x.shape[i] for i in keep], x, lambda d: tuple(d[i] for i in keep))
 
 
-def transpose(x: np.ndarray, axes: Sequence[int]) -> Law:
+def transpose_law(x: np.ndarray, axes: Sequence[int]) -> Law:
     n = x.ndim
     real = [real_axis(a, n) for a in axes] if axes else [n - 1 - i for i in range(n)]
     shape = [x.shape[real[i]] for i in range(n)]
     return scatter(shape, x, lambda d: tuple(d[real[i]] for i in range(n)))
 
 
-def strided_slice(x: np.ndarray, begin: Sequence[int], end: Sequence[int], stride: Sequence[int]) -> Law:
+def strided_slice_law(x: np.ndarray, begin: Sequence[int], end: Sequence[int], stride: Sequence[int]) -> Law:
     # Clamping as SEMANTICS.md section 5 (and the runtime): [0, n] for a positive
     # stride, [-1, n-1] for a negative one; the formalization's e_range - 1 upper
     # bound would drop the last element of a positive-stride slice.
@@ -221,7 +224,7 @@ def strided_slice(x: np.ndarray, begin: Sequence[int], end: Sequence[int], strid
     return gather(lengths, lambda d: int(x[tuple(b_vec[j] + s_arr[j] * d[j] for j in range(x.ndim))]))
 
 
-def take(x: np.ndarray, idx: np.ndarray, axis: int | None) -> Law:
+def take_law(x: np.ndarray, idx: np.ndarray, axis: int | None) -> Law:
     if axis is None:
         last = x.size - 1  # T = flatten(X); T[t] = X[unravel(t)]
         return gather(idx.shape, lambda d: int(x[unravel(clip(int(idx[d]), 0, last), x.shape)]))
@@ -236,14 +239,64 @@ def take(x: np.ndarray, idx: np.ndarray, axis: int | None) -> Law:
     return gather(shape, value_at)
 
 
-def cvm_lut(idx: np.ndarray, table: np.ndarray) -> Law:
-    return take(table, idx, None)
+def cvm_lut_law(idx: np.ndarray, table: np.ndarray) -> Law:
+    return take_law(table, idx, None)
 
 
-def slice_like(x: np.ndarray, like_shape: Sequence[int], axes: Sequence[int]) -> Law:
+def slice_like_law(x: np.ndarray, like_shape: Sequence[int], axes: Sequence[int]) -> Law:
     n, m = x.ndim, len(like_shape)
     # No axes: every axis both inputs have (the runtime; the formalization's
     # {0..M-1} would run past the data when M > N).
     real = {real_axis(a, n) for a in axes} if axes else set(range(min(n, m)))
     shape = [like_shape[j] if j in real else x.shape[j] for j in range(n)]
     return gather(shape, lambda d: int(x[d]))
+
+
+# -- the reference kernels ------------------------------------------------------
+
+def repeat(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (repeat_law(x, a.axis, a.repeats).materialize(),)
+
+
+def tile(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (tile_law(x, a.reps).materialize(),)
+
+
+def flatten(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (flatten_law(x).materialize(),)
+
+
+def concatenate(a: Any, *xs: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (concatenate_law(xs, a.axis).materialize(),)
+
+
+def expand_dims(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (expand_dims_law(x, a.axis, a.num_newaxis).materialize(),)
+
+
+def reshape(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (reshape_law(x, a.shape).materialize(),)
+
+
+def squeeze(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (squeeze_law(x, a.axis).materialize(),)
+
+
+def transpose(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (transpose_law(x, a.axes).materialize(),)
+
+
+def strided_slice(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (strided_slice_law(x, a.begin, a.end, a.stride).materialize(),)
+
+
+def take(a: Any, x: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (take_law(x, indices, a.axis).materialize(),)
+
+
+def cvm_lut(a: Any, indices: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (cvm_lut_law(indices, table).materialize(),)
+
+
+def slice_like(a: Any, x: np.ndarray, like: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (slice_like_law(x, like.shape, a.axis).materialize(),)

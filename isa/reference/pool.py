@@ -1,7 +1,7 @@
-"""Naive max_pool, written straight from spec/MAXPOOL.md: one output position at a time.
+"""Reference kernel of max_pool, written straight from spec/MAXPOOL.md: one output position at a time.
 
-Slow and obvious on purpose; tests compare the real kernel (isa/ops/pool.py)
-with it.  Attributes are the plain dict of the reference vectors.
+Slow and obvious on purpose.  Normative: the fast kernel (isa/ops/pool.py) is
+tested against it.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -18,22 +18,22 @@ class NoOutput(Exception):
     """MAXPOOL.md calls the configuration invalid: an output size < 1 or a window with no real tap."""
 
 
-def output_geometry(spatial: tuple[int, ...], attrs: Mapping[str, Any]) -> list[tuple[int, int]]:
+def output_geometry(spatial: tuple[int, ...], a: Any) -> list[tuple[int, int]]:
     """(pads_begin, O) per spatial axis: the "Output size" section, with exact fractions."""
     r = len(spatial)
     result = []
     for i, size in enumerate(spatial):
-        k, s, d = attrs["kernel_shape"][i], attrs["strides"][i], attrs["dilations"][i]
+        k, s, d = a.kernel_shape[i], a.strides[i], a.dilations[i]
         ek = d * (k - 1) + 1
-        if attrs["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+        if a.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
             out = math.ceil(Fraction(size, s))
             total = max(0, (out - 1) * s + ek - size)
             begin = math.floor(Fraction(total, 2))
-            if attrs["auto_pad"] == "SAME_LOWER":
+            if a.auto_pad == "SAME_LOWER":
                 begin = total - begin
         else:
-            begin, end = attrs["pads"][i], attrs["pads"][r + i]  # VALID: both 0
-            if attrs["ceil_mode"] == 1:
+            begin, end = a.pads[i], a.pads[r + i]  # VALID: both 0
+            if a.ceil_mode == 1:
                 out = math.ceil(Fraction(size + begin + end - ek, s)) + 1
                 if (out - 1) * s >= size + begin:
                     out -= 1
@@ -45,14 +45,14 @@ def output_geometry(spatial: tuple[int, ...], attrs: Mapping[str, Any]) -> list[
     return result
 
 
-def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def max_pool(a: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rules 1-7 of "Values and indices", per output position and tap."""
     n, c, *spatial = x.shape
-    geometry = output_geometry(tuple(spatial), attrs)
+    geometry = output_geometry(tuple(spatial), a)
     out_shape = (n, c, *(o for _, o in geometry))
     y = np.empty(out_shape, dtype=x.dtype)
-    indices = np.empty(out_shape, dtype=np.dtype(attrs["index_dtype"]))
-    axis = attrs["index_axis"] % x.ndim
+    indices = np.empty(out_shape, dtype=np.dtype(a.index_dtype))
+    axis = a.index_axis % x.ndim
     modulus = math.prod(x.shape[axis:])
     is_float = x.dtype.kind == "f"
 
@@ -64,8 +64,8 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> tuple[np.ndarray, np.nd
 
     for b, ch, *o in itertools.product(range(n), range(c), *(range(out) for _, out in geometry)):
         winner = None
-        for j in itertools.product(*(range(k) for k in attrs["kernel_shape"])):  # row-major window order
-            p = [o[i] * attrs["strides"][i] - geometry[i][0] + j[i] * attrs["dilations"][i]
+        for j in itertools.product(*(range(k) for k in a.kernel_shape)):  # row-major window order
+            p = [o[i] * a.strides[i] - geometry[i][0] + j[i] * a.dilations[i]
                  for i in range(len(spatial))]
             if not all(0 <= p[i] < spatial[i] for i in range(len(spatial))):
                 continue  # padding never competes

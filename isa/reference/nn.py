@@ -1,18 +1,22 @@
-"""nn ops as loops written straight from cvm-formalization.md, on Python ints.
+"""Reference kernels of the nn ops (conv2d, dense, max_pool2d, upsampling): loops written
+straight from cvm-formalization.md, on Python ints.
 
 Slow on purpose: no numpy arithmetic, one formula per output element, so that a
-mistake in the vectorized kernels cannot be repeated here.
+mistake in the fast kernels (isa/ops/nn.py: im2col, chunked float GEMMs,
+separable pooling) cannot be repeated here.  Normative: the fast kernels are
+tested against them.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 INT32_MIN = -(1 << 31)
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: tuple[int, int],
-           padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> np.ndarray:
+def conv2d(a: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Y[n,i,p,q] = sum_j sum_{ki,kj} pad(p' + ki*DH, q' + kj*DW) * W[i, j, ki, kj] (+ B[i]).
 
     The formalization's two cases (groups = 1, groups = C) are the grouped
@@ -21,7 +25,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: tuple[in
     """
     n_, c, h, wd = x.shape
     oc, ic, kh, kw = w.shape
-    (sh, sw), (ph, pw), (dh, dw) = strides, padding, dilation
+    (sh, sw), (ph, pw), (dh, dw), groups = a.strides, a.padding, a.dilation, a.groups
     oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     per_group = oc // groups
@@ -40,10 +44,10 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: tuple[in
                                 if 0 <= r < h and 0 <= s < wd:
                                     total += int(x[n, first + j, r, s]) * int(w[i, j, ki, kj])
                     y[n, i, p, q] = total
-    return y
+    return (y,)
 
 
-def dense(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+def dense(a: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Y = X W^T (+ B)."""
     m_, k_ = x.shape
     n_ = w.shape[0]
@@ -54,15 +58,15 @@ def dense(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
             for k in range(k_):
                 total += int(x[m, k]) * int(w[n, k])
             y[m, n] = total
-    return y
+    return (y,)
 
 
-def max_pool2d(x: np.ndarray, pool_size: tuple[int, int], strides: tuple[int, int],
-               padding: tuple[int, int], ceil_mode: bool) -> np.ndarray:
+def max_pool2d(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
     """Y[n,i,p,q] = max{pad(n, i, p', q') : p' in [p*SH - PH, +PSH), q' in [q*SW - PW, +PSW)},
-    with pad = INT32_MIN outside the input (SEMANTICS.md section 4)."""
+    with pad = INT32_MIN outside the input (SEMANTICS.md section 4).  One padding value pads both axes."""
     n_, c, h, wd = x.shape
-    (kh, kw), (sh, sw), (ph, pw) = pool_size, strides, padding
+    padding = a.padding if len(a.padding) == 2 else a.padding * 2
+    (kh, kw), (sh, sw), (ph, pw), ceil_mode = a.pool_size, a.strides, padding, a.ceil_mode
 
     def extent(size: int, k: int, s: int, p: int) -> int:
         span = size + 2 * p - k
@@ -80,16 +84,17 @@ def max_pool2d(x: np.ndarray, pool_size: tuple[int, int], strides: tuple[int, in
                             value = int(x[n, i, r, s]) if 0 <= r < h and 0 <= s < wd else INT32_MIN
                             best = max(best, value)
                     y[n, i, p, q] = best
-    return y
+    return (y,)
 
 
-def upsampling(x: np.ndarray, scale: int) -> np.ndarray:
+def upsampling(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
     """Y[n,i,h,w] = X[n,i,floor(h/scale),floor(w/scale)]."""
     n_, c, h, wd = x.shape
+    scale = a.scale
     y = np.zeros((n_, c, h * scale, wd * scale), dtype=np.int64)
     for n in range(n_):
         for i in range(c):
             for r in range(h * scale):
                 for s in range(wd * scale):
                     y[n, i, r, s] = int(x[n, i, r // scale, s // scale])
-    return y
+    return (y,)

@@ -1,4 +1,4 @@
-"""Loop kernel for sum and max, from the formalization's four reduce cases.
+"""Reference kernels of sum and max, from the formalization's four reduce cases.
 
 T is ``axis`` with negatives + N; R = U - T with exclude, else T.  Case 1
 (exclude, M = N): Y = X.  Case 2 (not exclude, M = 0): everything is reduced
@@ -7,16 +7,19 @@ indexed by the kept axes I(0) < ... in order, each entry reducing X over every
 index of the axes J(0) < ... in R.  Case 4 (keepdims): case 3's result put back
 with a 0 index on each axis of R.  A result with no axis left has the
 runtime's shape (1,).
+
+Normative: the fast kernels (isa/ops/reduce.py) are tested against them.
 """
 
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
 
-def reduce(op: str, x: np.ndarray, axis: tuple[int, ...] = (), keepdims: bool = False,
+def _reduce(op: str, x: np.ndarray, axis: tuple[int, ...] = (), keepdims: bool = False,
            exclude: bool = False) -> np.ndarray:
     n = x.ndim
     t = [i if i >= 0 else i + n for i in axis]
@@ -56,3 +59,13 @@ def reduce(op: str, x: np.ndarray, axis: tuple[int, ...] = (), keepdims: bool = 
             d[i] = v
         y[tuple(d)] = m[d_kept if kept else (0,)]
     return y
+
+
+def sum_(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Attributes axis, keepdims, exclude."""
+    return (_reduce("sum", x, a.axis, a.keepdims, a.exclude),)
+
+
+def max_(a: Any, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Attributes axis, keepdims, exclude."""
+    return (_reduce("max", x, a.axis, a.keepdims, a.exclude),)

@@ -1,13 +1,20 @@
-"""get_valid_counts and non_max_suppression written straight from
-cvm-formalization.md (the NMS operator section), on Python ints and lists."""
+"""Reference kernels of get_valid_counts and non_max_suppression, written straight from
+cvm-formalization.md (the NMS operator section), on Python ints and lists.
+
+Normative: the fast kernels (isa/ops/vision.py) are tested against them.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 
-def get_valid_counts(x: np.ndarray, score_threshold: int) -> tuple[np.ndarray, np.ndarray]:
-    """valid_count[b] = card{q : X[b,q,1] > thr}; valid rows to the top in order; the rest -1."""
+def get_valid_counts(a: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """valid_count[b] = card{q : X[b,q,1] > thr}; valid rows to the top in order; the rest -1.
+    Attribute score_threshold (thr)."""
+    score_threshold = a.score_threshold
     b_, n_, k_ = x.shape
     count = np.zeros(b_, dtype=np.int64)
     y = np.full((b_, n_, k_), -1, dtype=np.int64)
@@ -39,8 +46,11 @@ def overlap_ratio(p: list[int], q: list[int]) -> int:
     return overlap * 100 // union
 
 
-def non_max_suppression(x: np.ndarray, valid_count: np.ndarray, iou_threshold: int, max_output_size: int,
-                        force_suppress: bool, top_k: int) -> np.ndarray:
+def non_max_suppression(a: Any, x: np.ndarray, valid_count: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Attributes iou_threshold (whole percent), max_output_size, force_suppress, top_k; the
+    others are fixed by their domains (rows [id, score, x1, y1, x2, y2], invalid rows to the bottom)."""
+    iou_threshold, max_output_size = a.iou_threshold, a.max_output_size
+    force_suppress, top_k = a.force_suppress, a.top_k
     b_, n_, k_ = x.shape
     y = np.full((b_, n_, k_), -1, dtype=np.int64)
     for b in range(b_):
@@ -63,4 +73,4 @@ def non_max_suppression(x: np.ndarray, valid_count: np.ndarray, iou_threshold: i
                 u.append(p)
         for n, p in enumerate(u[:min(t, mos, len(u))]):
             y[b, n] = r[p]
-    return y
+    return (y,)
