@@ -1,4 +1,10 @@
-"""The layers depend one way only: isa <- serializer <- cvmvm."""
+"""The layers depend one way only, and no module imports itself back.
+
+isa <- serializer <- cvmvm; inside cvmvm, files <- vm <- tx <- cli; the
+reference kernels stand alone.  Every import counts, including those inside
+functions (a deferred import hides a cycle from the interpreter, not from this
+test).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("isa", "serializer", "cvmvm")
 
 # What each layer may import beyond the standard library.
 ALLOWED = {
@@ -17,32 +24,128 @@ ALLOWED = {
     "cvmvm": {"isa", "serializer", "cvmvm", "numpy", "msgpack", "cryptography", "ray"},
 }
 
+# Inside cvmvm: a module may import cvmvm modules of its own sub-layer or a lower one.
+# The package itself re-exports the VM's API, so it sits with vm; __main__ runs the CLI.
+CVMVM_LEVELS = {"cvmvm.files": 0, "cvmvm.vm": 1, "cvmvm": 1, "cvmvm.tx": 2, "cvmvm.cli": 3, "cvmvm.__main__": 3}
 
-def imported_roots(path: Path) -> set[str]:
+# Modules that stand alone: the reference kernels share nothing with the fast ones.
+STANDALONE = {"isa.reference": {"numpy"}}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it: ours resolved to the module (``from a import b``
+    names a.b when that is a module), others by their full dotted name."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    roots = set()
+    found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.add(node.module.split(".")[0])
-    return roots
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
+    return found
+
+
+GRAPH = {name: {m for m in imports(path) if m in MODULES} for name, path in MODULES.items()}
+
+
+def sublayer(module: str) -> int:
+    for prefix in sorted(CVMVM_LEVELS, key=len, reverse=True):
+        if module == prefix or module.startswith(prefix + "."):
+            return CVMVM_LEVELS[prefix]
+    raise AssertionError(f"{module} is in no cvmvm sub-layer: add it to CVMVM_LEVELS")
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_layer_imports_point_one_way(layer):
     stdlib = set(sys.stdlib_module_names)
     bad = {}
-    for path in sorted((REPO / layer).rglob("*.py")):
-        extra = imported_roots(path) - ALLOWED[layer] - stdlib - {"__future__"}
+    for name, path in MODULES.items():
+        if name.split(".")[0] != layer:
+            continue
+        extra = {m.split(".")[0] for m in imports(path)} - ALLOWED[layer] - stdlib - {"__future__"}
         if extra:
-            bad[str(path.relative_to(REPO))] = sorted(extra)
+            bad[name] = sorted(extra)
     assert not bad, f"{layer} imports outside its layer: {bad}"
 
 
+def test_cvmvm_sublayers_point_one_way():
+    """files <- vm <- tx <- cli: vm never imports tx or cli, tx never imports cli."""
+    bad = [(name, m) for name in MODULES if name.split(".")[0] == "cvmvm"
+           for m in GRAPH[name] if m.split(".")[0] == "cvmvm" and sublayer(m) > sublayer(name)]
+    assert not bad, f"imports that point up the cvmvm sub-layers: {bad}"
+
+
+@pytest.mark.parametrize("package", sorted(STANDALONE))
+def test_standalone_packages(package):
+    stdlib = set(sys.stdlib_module_names)
+    bad = {name: sorted(imports(path) - {name} - stdlib - {"__future__"} - STANDALONE[package])
+           for name, path in MODULES.items() if name == package or name.startswith(package + ".")}
+    assert not {k: v for k, v in bad.items() if v}, bad
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module, or a module importing itself (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph[v]:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    assert cycles(GRAPH) == []
+
+
+def test_the_cycle_check_sees_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"a"}}) == [["a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_deferred_imports_count():
+    """The graph holds an import made inside a function (cvmvm.tx.replay imports ray there)."""
+    assert "ray" in imports(MODULES["cvmvm.tx.replay"])
+
+
 def test_no_pickle_anywhere():
-    for layer in ALLOWED:
-        for path in (REPO / layer).rglob("*.py"):
-            text = path.read_text(encoding="utf-8")
-            assert "allow_pickle=True" not in text, path
-            assert "import pickle" not in text, path
+    for path in MODULES.values():
+        text = path.read_text(encoding="utf-8")
+        assert "allow_pickle=True" not in text, path
+        assert "import pickle" not in text, path
