@@ -1,3 +1,4 @@
+# Over 400 lines: a test file, one case per rule.
 """The Cortex format reader and writer (serializer/cortex/); attribute literals: tests/test_attr_text.py.
 
 Graphs and params blobs are built here by hand (not by the writer), so every

@@ -1,3 +1,4 @@
+# Over 400 lines: a test file, one case per rule.
 """Known answers for every hash construction of docs/FORMAT.md sections 2-4.
 
 Each expected digest is computed here from the FORMAT.md text with hashlib and

@@ -1,3 +1,4 @@
+# Over 400 lines: a test file, one case per rule.
 """max_pool, MaxPool with indices (spec/MAXPOOL.md): reference vectors, hand tables,
 static rules, must-be-rejected configurations, and the kernel against the reference kernel."""
 

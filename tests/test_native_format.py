@@ -1,3 +1,4 @@
+# Over 400 lines: a test file, one case per rule.
 """The canonical native model format (docs/FORMAT.md section 1).
 
 Round trips for hand-built models, the byte-exact example of FORMAT.md 1.5,

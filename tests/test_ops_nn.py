@@ -1,3 +1,4 @@
+# Over 400 lines: a test file, one case per rule.
 """conv2d, dense, max_pool2d, upsampling: hand cases, the formalization's grids,
 reference kernels under hypothesis, precision/cost rules and every rejection."""
 

@@ -1,3 +1,4 @@
+# Over 400 lines: a test file, one case per rule.
 """Transform ops: hand-computed cases, the formalization's shape grid, reference kernels
 under hypothesis, and the must-be-rejected cases, all through cvmvm.run_op."""
 

@@ -1,3 +1,4 @@
+# About 400 lines: the structure rules, the graph rules and the Model they build, read in one pass.
 """Reading a Cortex graph JSON (+ params binary) into a Model.
 
 The structure rules (exact key sets and JSON types: ``malformed.graph_json``),
