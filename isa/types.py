@@ -113,3 +113,31 @@ def div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     q = np.abs(a64) // np.abs(safe)
     q = np.where((a64 < 0) != (safe < 0), -q, q)
     return np.where(zero, np.int64(0), q).astype(np.int64)
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """The nearest integer to each finite float64, halves away from zero, exactly (as float64).
+
+    x - trunc(x) is exact in IEEE arithmetic (below 1 it is x itself, above 1
+    Sterbenz's lemma applies, and from 2^52 on x is an integer), so the
+    comparison with 0.5 decides on the true fraction; numpy's ``round`` rounds
+    halves to even and ``floor(x + 0.5)`` rounds 0.49999999999999994 up.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    whole = np.trunc(x)
+    up = np.abs(x - whole) >= 0.5
+    return whole + np.where(up, np.sign(x), 0.0)
+
+
+def quantize_float(x: np.ndarray, scale: float, precision: int) -> np.ndarray:
+    """A finite float array -> int32 CVM values at ``scale`` (docs/FORMAT.md 1.6).
+
+    q = clip(round_half_away(x / scale), -(2^(p-1) - 1), 2^(p-1) - 1), with x
+    converted to float64 exactly and divided in IEEE float64: the same bytes on
+    every platform.  Clipping before rounding as well keeps the rounding in
+    range and changes nothing, since rounding is monotone.
+    """
+    bound = precision_bound(precision)
+    ratio = np.asarray(x, dtype=np.float64) / np.float64(scale)
+    rounded = round_half_away(np.clip(ratio, -bound - 1.0, bound + 1.0))
+    return np.clip(rounded, -bound, bound).astype(np.int32)

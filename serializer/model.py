@@ -7,8 +7,8 @@ is only a structure; ``cvmvm.vm.verify`` decides whether it is a valid program.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -49,11 +49,24 @@ class Instr:
 
 
 @dataclass(frozen=True)
+class Scales:
+    """The float meaning of inputs and outputs: a value q stands for q * scale (FORMAT.md 1.6).
+
+    One entry per input and per output head, None where there is no scale.
+    A model where every entry would be None has no Scales at all.
+    """
+
+    inputs: tuple[float | None, ...]
+    outputs: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
 class Model:
     inputs: tuple[Input, ...]
     params: tuple[Param, ...]
     instrs: tuple[Instr, ...]
     outputs: tuple[int, ...]
+    scales: Scales | None = None
     # Format-specific layout kept so that a loaded model re-exports to the same
     # bytes (e.g. Cortex node order, names, storage ids); never hashed.
     source: Any = field(default=None, compare=False, repr=False)
@@ -65,3 +78,10 @@ class Model:
     @property
     def num_tensors(self) -> int:
         return self.num_variables + sum(len(i.outputs) for i in self.instrs)
+
+
+def with_scales(model: Model, inputs: Sequence[float | None], outputs: Sequence[float | None]) -> Model:
+    """The model with these input and output scales (none at all when every one is None)."""
+    scales = Scales(tuple(inputs), tuple(outputs))
+    none = all(s is None for s in (*scales.inputs, *scales.outputs))
+    return replace(model, scales=None if none else scales)

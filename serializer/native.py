@@ -10,6 +10,8 @@ has exactly one encoding (and one model hash).
 
 from __future__ import annotations
 
+import math
+import struct
 from typing import Any
 
 import msgpack
@@ -19,7 +21,7 @@ from isa.errors import InternalError, InvalidError
 from isa.table import ISA_VERSION, OPCODE, OPS
 from isa.types import DTYPES, INT32, TensorType
 from serializer import strict
-from serializer.model import Input, Instr, Model, Param
+from serializer.model import Input, Instr, Model, Param, Scales
 from serializer.strict import Reader, attrs_to_wire, tensor_data
 
 FORMAT_NAME = "cvmvm"
@@ -27,6 +29,8 @@ FORMAT_VERSION = 1
 MAX_MODEL_BYTES = 1 << 32
 
 TOP_KEYS = ("format", "version", "isa", "inputs", "params", "code", "outputs")
+SCALES_KEY = "scales"                # an eighth top-level key, present only when some scale is (1.6)
+SCALE_KEYS = ("inputs", "outputs")
 INPUT_KEYS = ("name", "dtype", "shape", "precision")
 PARAM_KEYS = ("name", "dtype", "shape", "precision", "storage", "data")
 INSTR_KEYS = ("op", "name", "in", "out", "attrs")
@@ -51,9 +55,16 @@ def _param_wire(p: Param) -> dict[str, Any]:
             "precision": p.type.precision, "storage": storage, "data": tensor_data(p.value, storage)}
 
 
+SCALE = struct.Struct("<d")
+
+
+def _scale_wire(scale: float | None) -> bytes | None:
+    return None if scale is None else SCALE.pack(scale)
+
+
 def to_wire(model: Model) -> dict[str, Any]:
     """The model as the msgpack value of FORMAT.md section 1.2 (dicts in key order)."""
-    return {
+    wire = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "isa": ISA_VERSION,
@@ -64,6 +75,10 @@ def to_wire(model: Model) -> dict[str, Any]:
                   "attrs": attrs_to_wire(ins.attrs)} for ins in model.instrs],
         "outputs": list(model.outputs),
     }
+    if model.scales is not None:
+        wire[SCALES_KEY] = {"inputs": [_scale_wire(x) for x in model.scales.inputs],
+                            "outputs": [_scale_wire(x) for x in model.scales.outputs]}
+    return wire
 
 
 def variable_descriptor(t: TensorType) -> bytes:
@@ -126,7 +141,7 @@ def _instr(e: Any, where: str, first_out: int) -> Instr:
 def from_wire(top: Any) -> Model:
     """The unpacked msgpack value -> Model, checking every key, type and tensor id."""
     rd = _READER
-    top = rd.map(top, TOP_KEYS, "model")
+    top = rd.map(top, TOP_KEYS + (SCALES_KEY,) if type(top) is dict and len(top) == 8 else TOP_KEYS, "model")
     rd.const(top["format"], FORMAT_NAME, "format")
     rd.const(top["version"], FORMAT_VERSION, "format version")
     rd.const(top["isa"], ISA_VERSION, "ISA version")
@@ -145,7 +160,36 @@ def from_wire(top: Any) -> Model:
     for t in outputs:
         if not 0 <= t < next_id:
             raise InvalidError("graph", f"output tensor {t} does not exist (the model has {next_id})")
-    return Model(tuple(inputs), tuple(params), tuple(instrs), outputs)
+    scales = _scales(top[SCALES_KEY], len(inputs), len(outputs)) if SCALES_KEY in top else None
+    return Model(tuple(inputs), tuple(params), tuple(instrs), outputs, scales)
+
+
+def _scales(value: Any, inputs: int, outputs: int) -> Scales | None:
+    """FORMAT.md 1.6: one nil or 8-byte little-endian float64 per input and per output, each finite and > 0.
+
+    All nil decodes to no scales, so that such a file re-encodes without the key and fails as
+    non-canonical.
+    """
+    rd = _READER
+    value = rd.map(value, SCALE_KEYS, "scales")
+    lists = []
+    for key, count in zip(SCALE_KEYS, (inputs, outputs)):
+        entries = rd.list(value[key], f"scales.{key}")
+        if len(entries) != count:
+            raise rd.fail(f"scales.{key}: {len(entries)} entries for {count} {key}")
+        scales = []
+        for k, e in enumerate(entries):
+            if e is None:
+                scales.append(None)
+                continue
+            (scale,) = SCALE.unpack(rd.bin(e, f"scales.{key}[{k}]", SCALE.size))
+            if not (math.isfinite(scale) and scale > 0):
+                raise InvalidError("scale", f"scales.{key}[{k}]: {scale!r} must be a finite float above 0")
+            scales.append(scale)
+        lists.append(tuple(scales))
+    if all(s is None for s in (*lists[0], *lists[1])):
+        return None
+    return Scales(*lists)
 
 
 def decode(data: bytes) -> Model:
@@ -155,4 +199,4 @@ def decode(data: bytes) -> Model:
 
 def is_native(data: bytes) -> bool:
     """Whether bytes look like a native model: a msgpack map whose first key is "format"."""
-    return data[:8] == b"\x87\xa6format"
+    return data[:8] in (b"\x87\xa6format", b"\x88\xa6format")
