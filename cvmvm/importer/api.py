@@ -1,0 +1,101 @@
+"""import_onnx: a float ONNX model and calibration data -> a verified native CVM model and a report."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import numpy as np
+
+from isa.errors import InputError
+from serializer.model import with_scales
+from cvmvm import files
+from cvmvm.importer import calibrate as cal
+from cvmvm.importer import graph as g
+from cvmvm.importer import report as rep
+from cvmvm.importer.lower import Lowering, Options, check_supported
+from cvmvm.vm.api import Model
+from cvmvm.vm.verify import verify
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    model: Model                 # verified; model.canonical_bytes is the .cvm file
+    report: rep.Report
+
+
+def _as_arrays(what: str, data: np.ndarray | Mapping[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    if isinstance(data, Mapping):
+        arrays = dict(data)
+    elif len(names) == 1:
+        arrays = {names[0]: data}
+    else:
+        raise InputError(what, f"the model has inputs {names}; give {what} data per input name")
+    if sorted(arrays) != sorted(names):
+        raise InputError(what, f"{what} data for {sorted(arrays)}; the model's inputs are {names}")
+    return arrays
+
+
+def import_onnx(source: str | os.PathLike[str] | bytes, calibration: np.ndarray | Mapping[str, np.ndarray], *,
+                eval_data: np.ndarray | None = None, eval_labels: np.ndarray | None = None,
+                batch: int | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                options: Options = Options(), progress: bool = False) -> ImportResult:
+    """Quantize a float ONNX model (path or bytes) into a verified CVM program.
+
+    ``calibration``: float samples stacked on axis 0 (a dict by input name for
+    several inputs).  ``eval_data``/``eval_labels``: optional samples and
+    integer labels for the report's accuracy.  The result's model is the same
+    bytes for the same ONNX model, calibration data and options.
+    """
+    started = time.perf_counter()
+    data = source if isinstance(source, bytes) else files.read_bytes(source, "ONNX model", g.MAX_ONNX_BYTES)
+    full = g.parse(data)
+    graph, tail = g.drop_tail(full)
+    check_supported(graph)
+    names = [i.name for i in graph.inputs]
+    shapes = cal.input_shapes(graph, batch, input_shapes or {})
+    spec = cal.specialize(graph, shapes)
+    fixed = not cal.free_batch(graph)
+    samples = {k: cal.check_samples("calibration", k, v, shapes[k], fixed)
+               for k, v in _as_arrays("calibration", calibration, names).items()}
+    counts = {v.shape[0] for v in samples.values()}
+    if len(counts) != 1:
+        raise InputError("calibration", f"calibration inputs hold different numbers of samples {sorted(counts)}")
+    chunk = _chunk(graph, shapes, spec, fixed)
+    # Lower once on unit statistics first: every unsupported op, attribute or shape fails before calibration.
+    _lower(graph, spec, {k: 1.0 for k in spec.shapes}, options, names)
+    bar = rep.progress_bar(counts.pop(), "calibrating", progress)
+    try:
+        peaks = cal.calibrate(graph, samples, chunk, set(spec.constants), bar.update if bar else None)
+    finally:
+        if bar:
+            bar.close()
+    lowering, model_ir = _lower(graph, spec, peaks, options, names)
+    program = verify(model_ir)
+    model = Model(program)
+    imported = time.perf_counter() - started
+    report = rep.evaluate(graph, tail, lowering, model, samples, eval_data, eval_labels, chunk, progress)
+    return ImportResult(model, replace(report, import_seconds=imported, source_nodes=len(full.nodes)))
+
+
+def _lower(graph, spec, peaks, options, names):
+    lowering = Lowering(graph, spec.shapes, spec.constants, peaks, options)
+    model_ir, input_scales, output_scales = lowering.run(names)
+    return lowering, with_scales(model_ir, input_scales, output_scales)
+
+
+def _chunk(graph: g.Graph, shapes: dict[str, tuple[int, ...]], spec: cal.Specialized, fixed: bool) -> int:
+    """Samples per float run: the model's batch, or CHUNK when the graph is batch-polymorphic (every
+    activation's shape at batch 2B is its shape at B with the leading dim doubled)."""
+    batch = next(iter(shapes.values()))[0]
+    if fixed:
+        return batch
+    doubled = cal.specialize(graph, {k: (2 * s[0],) + s[1:] for k, s in shapes.items()})
+    for name, shape in spec.shapes.items():
+        if name in spec.constants:
+            continue
+        if shape[:1] != (batch,) or doubled.shapes[name] != (2 * batch,) + shape[1:]:
+            return batch
+    return cal.CHUNK
