@@ -1,0 +1,461 @@
+"""The ONNX importer: the op subset, the classifier tail, determinism, error bounds, and bad input.
+
+Float references come from ``onnx.reference`` (tests only) and, for the
+pytorch-converted layer models shipped in the onnx wheel, from the outputs
+recorded beside them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from isa.errors import CvmError  # noqa: E402
+from isa.types import quantize_float  # noqa: E402
+from cvmvm.importer import Options, import_onnx  # noqa: E402
+from cvmvm.importer import graph as g  # noqa: E402
+from cvmvm.importer.floateval import Evaluator  # noqa: E402
+from cvmvm.importer.lower import check_supported  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures" / "onnx"
+PYTORCH = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-converted"
+
+
+def digits():
+    load = lambda name: np.load(FIXTURES / "digits" / name)  # noqa: E731
+    return load("calibration.npy"), load("test.npy"), load("test_labels.npy")
+
+
+def run_float(model, x: np.ndarray) -> list[np.ndarray]:
+    """The imported model on float input (quantized as the model's input scale says), dequantized."""
+    program = model.program
+    scales = program.model.scales
+    name = program.model.inputs[0].name
+    out = model.run({name: quantize_float(x, scales.inputs[0], program.input_types[0].precision)}).outputs
+    return [v.astype(np.float64) * s if s is not None else v for v, s in zip(out, scales.outputs)]
+
+
+def code_of(fn) -> tuple[str, str]:
+    with pytest.raises(CvmError) as e:
+        fn()
+    return e.value.code, e.value.message
+
+
+def make(nodes, inputs, outputs, inits=(), opset=13) -> bytes:
+    graph = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8).SerializeToString()
+
+
+def value(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def out(name, rank, elem=TensorProto.FLOAT):
+    """A graph output of known rank and unknown dims."""
+    return helper.make_tensor_value_info(name, elem, [f"{name}{k}" for k in range(rank)])
+
+
+def const(name, array):
+    return numpy_helper.from_array(np.asarray(array, dtype=np.float32 if np.asarray(array).dtype.kind == "f"
+                                              else np.int64), name)
+
+
+def det(label: str, shape) -> np.ndarray:
+    """Deterministic test data in [-1, 1) from a label (no random streams)."""
+    import hashlib
+    n = int(np.prod(shape))
+    raw = np.frombuffer(hashlib.shake_256(label.encode()).digest(4 * n), dtype="<u4")
+    return (raw.astype(np.float64) / 2 ** 31 - 1).reshape(shape).astype(np.float32)
+
+
+# -- the pytorch-converted layer models ------------------------------------------------------
+
+# Every model in the wheel's pytorch-converted suite: "ok", or the code it is refused with.
+PYTORCH_EXPECTED = {
+    **{k: "ok" for k in (
+        "AvgPool1d", "AvgPool1d_stride", "AvgPool2d", "AvgPool2d_stride", "BatchNorm1d_3d_input_eval",
+        "BatchNorm2d_eval", "BatchNorm2d_momentum_eval", "BatchNorm3d_eval", "BatchNorm3d_momentum_eval",
+        "Conv1d", "Conv1d_dilated", "Conv1d_groups", "Conv1d_pad1", "Conv1d_pad1size1", "Conv1d_pad2",
+        "Conv1d_pad2size1", "Conv1d_stride", "Conv2d", "Conv2d_depthwise", "Conv2d_depthwise_padded",
+        "Conv2d_depthwise_strided", "Conv2d_depthwise_with_multiplier", "Conv2d_dilated", "Conv2d_groups",
+        "Conv2d_groups_thnn", "Conv2d_no_bias", "Conv2d_padding", "Conv2d_strided", "Linear", "Linear_no_bias",
+        "MaxPool1d", "MaxPool1d_stride", "MaxPool1d_stride_padding_dilation", "MaxPool2d",
+        "MaxPool2d_stride_padding_dilation", "MaxPool3d", "MaxPool3d_stride", "MaxPool3d_stride_padding",
+        "PixelShuffle", "ReLU", "LogSoftmax", "Softmax", "log_softmax_dim3", "log_softmax_lastdim",
+        "softmax_functional_dim3", "softmax_lastdim")},
+    **{k: "invalid.onnx_attr" for k in (
+        "AvgPool3d", "AvgPool3d_stride", "AvgPool3d_stride1_pad0_gpu_input", "Conv3d", "Conv3d_dilated",
+        "Conv3d_dilated_strided", "Conv3d_groups", "Conv3d_no_bias", "Conv3d_stride", "Conv3d_stride_padding")},
+    **{k: "invalid.onnx_op" for k in (
+        "ConstantPad2d", "ZeroPad2d", "ReflectionPad2d", "ReplicationPad2d", "ConvTranspose2d",
+        "ConvTranspose2d_no_bias", "ELU", "GLU", "GLU_dim", "LeakyReLU", "LeakyReLU_with_negval", "PReLU_1d",
+        "PReLU_1d_multiparam", "PReLU_2d", "PReLU_2d_multiparam", "PReLU_3d", "PReLU_3d_multiparam",
+        "PoissonNLLLLoss_no_reduce", "SELU", "Sigmoid", "Softmin", "Softplus", "Softsign", "Tanh")},
+    **{k: "invalid.onnx_input" for k in ("Embedding", "Embedding_sparse")},
+}
+
+
+def test_the_expectations_cover_the_whole_suite():
+    assert sorted(f"test_{k}" for k in PYTORCH_EXPECTED) == sorted(os.listdir(PYTORCH))
+
+
+def pytorch_case(name: str):
+    d = PYTORCH / f"test_{name}"
+    x = numpy_helper.to_array(onnx.load_tensor(str(d / "test_data_set_0" / "input_0.pb")))
+    y = numpy_helper.to_array(onnx.load_tensor(str(d / "test_data_set_0" / "output_0.pb")))
+    return (d / "model.onnx").read_bytes(), x, y
+
+
+@pytest.mark.parametrize("name", sorted(PYTORCH_EXPECTED))
+def test_pytorch_converted(name):
+    """In the subset: the output agrees with PyTorch's recorded one within the bound the report predicts
+    (calibrated on that input; the float model's own float32 rounding aside).  Outside: refused by code."""
+    source, x, y = pytorch_case(name)
+    if PYTORCH_EXPECTED[name] != "ok":
+        code, message = code_of(lambda: import_onnx(source, x))
+        assert code == PYTORCH_EXPECTED[name]
+        assert "\n" not in message
+        return
+    result = import_onnx(source, x)
+    report = result.report
+    (got,) = run_float(result.model, x)
+    bound = report.outputs[0].bound
+    if report.dropped:   # a Softmax-style tail: the logits are the input itself
+        y = x.astype(np.float64)
+    assert np.max(np.abs(got.reshape(y.shape) - y)) <= bound + 1e-5 * np.max(np.abs(y))
+    assert report.outputs[0].measured <= bound
+    for layer in report.layers:
+        assert layer.measured <= layer.bound * (1 + 1e-9)
+
+
+def test_conv_and_pool_layer_models_use_the_int8_ops():
+    ops = {name: {s.op.name for s in import_onnx(*pytorch_case(name)[:2]).model.program.steps}
+           for name in ("Conv1d", "AvgPool2d", "MaxPool2d", "MaxPool3d", "Linear", "BatchNorm2d_eval")}
+    assert {"expand_dims", "conv2d", "squeeze"} <= ops["Conv1d"]
+    assert "conv2d" in ops["AvgPool2d"]              # window sums by a depthwise kernel of ones
+    assert ops["MaxPool2d"] == {"max_pool2d"}
+    assert ops["MaxPool3d"] == {"max_pool"}
+    assert "dense" in ops["Linear"]
+    assert "conv2d" not in ops["BatchNorm2d_eval"]
+
+
+# -- the float reference agrees with onnx.reference ---------------------------------------------
+
+
+def reference_tensors(source: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    ev = ReferenceEvaluator(onnx.load_from_string(source))
+    return ev.run(None, feeds, intermediate=True)
+
+
+@pytest.mark.parametrize("model", ["digits_mlp", "digits_cnn"])
+def test_float_evaluator_matches_onnx_reference_on_every_tensor(model):
+    source = (FIXTURES / f"{model}.onnx").read_bytes()
+    graph, _ = g.drop_tail(g.parse(source))
+    x = digits()[1][:40]
+    name = graph.inputs[0].name
+    want = reference_tensors(source, {name: x})
+    seen = {}
+    Evaluator(graph).run({name: x.astype(np.float64)}, lambda node, t, v: seen.__setitem__(t, v))
+    assert seen
+    for t, v in seen.items():
+        ref = np.asarray(want[t], dtype=np.float64)
+        assert np.allclose(v, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.max(np.abs(ref))))), t
+
+
+# -- the digits models --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def digits_imports():
+    calibration, x, y = digits()
+    return {m: import_onnx(FIXTURES / f"{m}.onnx", calibration, eval_data=x, eval_labels=y)
+            for m in ("digits_mlp", "digits_cnn")}
+
+
+@pytest.mark.parametrize("model", ["digits_mlp", "digits_cnn"])
+def test_digits_targets(digits_imports, model):
+    """8-bit weights and activations: top-1 within 1 point of float, agreement at least 98 %."""
+    r = digits_imports[model].report
+    assert r.measured_samples == 297
+    assert abs(r.quantized_accuracy - r.float_accuracy) <= 0.01
+    assert r.agreement >= 0.98
+    assert r.dropped                                   # the softmax / label tail went
+    assert all(x.precision == 8 for x in r.layers if x.tensor not in {o.name for o in r.outputs})
+
+
+def test_digits_quantized_accuracy_is_what_the_program_computes(digits_imports):
+    _, x, y = digits()
+    model = digits_imports["digits_cnn"].model
+    logits = np.concatenate([run_float(model, x[k:k + 1])[0] for k in range(len(x))])
+    assert np.mean(np.argmax(logits, axis=1) == y) == digits_imports["digits_cnn"].report.quantized_accuracy
+
+
+def test_sklearn_tail_gives_the_classes_and_logits(digits_imports):
+    r = digits_imports["digits_mlp"].report
+    assert r.classes == tuple(range(10))
+    assert [o.shape for o in r.outputs] == [(1, 10)]
+    assert {d.split("(")[-1].rstrip(")") for d in r.dropped} >= {"Softmax", "ArgMax", "ArrayFeatureExtractor"}
+
+
+def test_cnn_structure(digits_imports):
+    program = digits_imports["digits_cnn"].model.program
+    ops = [s.op.name for s in program.steps]
+    assert ops.count("conv2d") == 2 and ops.count("dense") == 1 and "max_pool2d" in ops and "sum" in ops
+    assert program.input_types[0].shape == (1, 64) and program.input_types[0].precision == 8
+    assert program.output_types[0].precision == 16
+
+
+# -- determinism ----------------------------------------------------------------------------------
+
+
+def test_same_inputs_same_bytes_whatever_the_sample_order_or_float_width():
+    calibration = digits()[0]
+    a = import_onnx(FIXTURES / "digits_cnn.onnx", calibration).model.canonical_bytes
+    b = import_onnx((FIXTURES / "digits_cnn.onnx").read_bytes(), calibration[::-1].copy()).model.canonical_bytes
+    c = import_onnx(FIXTURES / "digits_cnn.onnx", calibration.astype(np.float64)).model.canonical_bytes
+    assert a == b == c
+
+
+def test_batch_option_and_batched_runs_agree_per_sample():
+    calibration, x, _ = digits()
+    one = import_onnx(FIXTURES / "digits_mlp.onnx", calibration).model
+    four = import_onnx(FIXTURES / "digits_mlp.onnx", calibration, batch=4).model
+    assert four.program.input_types[0].shape == (4, 64)
+    batched = run_float(four, x[:4])[0]
+    single = np.concatenate([run_float(one, x[k:k + 1])[0] for k in range(4)])
+    assert np.array_equal(batched, single)
+
+
+def test_the_model_records_its_scales():
+    calibration = digits()[0]
+    model = import_onnx(FIXTURES / "digits_mlp.onnx", calibration).model
+    scales = model.program.model.scales
+    assert scales.inputs == (float(np.max(np.abs(calibration.astype(np.float64)))) / 127,)
+    assert len(scales.outputs) == 1 and scales.outputs[0] > 0
+
+
+# -- the subset, op by op, on small synthetic graphs -------------------------------------------------
+
+
+def check_against_reference(source: bytes, x: np.ndarray, **kw):
+    """Import calibrated on x; the dequantized outputs are within the reported bounds of onnx.reference."""
+    result = import_onnx(source, x, batch=x.shape[0] if g.parse(source).inputs[0].dims[0] is None else None, **kw)
+    name = result.model.program.model.inputs[0].name
+    graph = g.parse(source)
+    want = ReferenceEvaluator(onnx.load_from_string(source)).run(None, {name: x})
+    got = run_float(result.model, x)
+    for k, o in enumerate(result.report.outputs):
+        if o.bound is None:   # indices
+            continue
+        ref = np.asarray(want[k], dtype=np.float64)
+        assert np.max(np.abs(got[k].reshape(ref.shape) - ref)) <= o.bound + 1e-5 * max(1.0, np.max(np.abs(ref))), \
+            graph.outputs[k]
+    return result
+
+
+def test_conv_batchnorm_relu_fuse_and_pad_folds():
+    x = det("x", (3, 2, 6, 6))
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["xp"], name="pad"),
+             helper.make_node("Conv", ["xp", "w"], ["c"], name="conv", kernel_shape=[3, 3]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"], name="bn"),
+             helper.make_node("Relu", ["bn"], ["y"], name="relu")]
+    inits = [const("pads", [0, 0, 1, 1, 0, 0, 1, 1]), const("w", det("w", (4, 2, 3, 3))),
+             const("s", [1.0, 0.5, 2.0, -1.0]), const("b", [0.1, 0.0, -0.2, 0.3]),
+             const("m", [0.0, 0.1, -0.1, 0.2]), const("v", [1.0, 0.5, 2.0, 0.25])]
+    # opset 15: onnx.reference runs a one-output BatchNormalization-9 with batch statistics
+    source = make(nodes, [value("x", ["N", 2, 6, 6])], [out("y", 4)], inits, opset=15)
+    result = check_against_reference(source, x)
+    ops = [s.op.name for s in result.model.program.steps]
+    assert ops.count("conv2d") == 1 and "relu" in ops
+    conv = next(s for s in result.model.program.steps if s.op.name == "conv2d")
+    assert conv.attrs.padding == (1, 1)
+    assert result.report.layers[0].nodes == ("node 'pad' (Pad)", "node 'conv' (Conv)", "node 'bn' (BatchNormalization)",
+                                             "node 'relu' (Relu)")
+
+
+def test_residual_add_mul_concat_clip_and_shapes():
+    x = det("r", (4, 3, 4, 4))
+    nodes = [helper.make_node("Conv", ["x", "w", "wb"], ["c"], name="conv", kernel_shape=[1, 1]),
+             helper.make_node("Add", ["c", "x"], ["sum"], name="residual"),
+             helper.make_node("Clip", ["sum", "lo", "hi"], ["clipped"], name="relu6"),
+             helper.make_node("Mul", ["clipped", "gain"], ["scaled"], name="gain"),
+             helper.make_node("Mul", ["scaled", "x"], ["prod"], name="square"),
+             helper.make_node("Add", ["prod", "shift"], ["shifted"], name="shift"),
+             helper.make_node("AveragePool", ["shifted"], ["avg"], name="avg", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["avg", "x"], ["cat"], name="cat", axis=1),
+             helper.make_node("Transpose", ["cat"], ["t"], name="t", perm=[0, 2, 3, 1]),
+             helper.make_node("Unsqueeze", ["t", "ax"], ["u"], name="u"),
+             helper.make_node("Squeeze", ["u", "ax"], ["sq"], name="sq"),
+             helper.make_node("Flatten", ["sq"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "mw"], ["mm"], name="mm"),
+             helper.make_node("Add", ["mm", "mb"], ["y"], name="mb")]
+    inits = [const("w", det("w1", (3, 3, 1, 1))), const("wb", [0.1, -0.1, 0.0]), const("lo", 0.0),
+             const("hi", 0.6), const("gain", det("gain", (3, 1, 1))), const("shift", 0.25),
+             const("ax", [1]), const("mw", det("mw", (96, 5))), const("mb", det("mb", (5,)))]
+    source = make(nodes, [value("x", ["N", 3, 4, 4])], [out("y", 2)], inits)
+    result = check_against_reference(source, x)
+    ops = {s.op.name for s in result.model.program.steps}
+    assert {"conv2d", "broadcast_add", "relu", "broadcast_mul", "concatenate", "transpose", "dense"} <= ops
+
+
+def test_global_average_pool_gemm_and_max_pool_indices():
+    x = det("p", (2, 3, 5, 5))
+    nodes = [helper.make_node("MaxPool", ["x"], ["mp", "idx"], name="pool", kernel_shape=[2, 2], strides=[2, 2],
+                              ceil_mode=1),
+             helper.make_node("GlobalAveragePool", ["mp"], ["gap"], name="gap"),
+             helper.make_node("Reshape", ["gap", "shape"], ["flat"], name="flat"),
+             helper.make_node("Gemm", ["flat", "w", "b"], ["y"], name="fc", alpha=0.5, beta=2.0)]
+    inits = [const("shape", [0, -1]), const("w", det("gw", (3, 4))), const("b", det("gb", (4,)))]
+    source = make(nodes, [value("x", [2, 3, 5, 5])], [out("y", 2), out("idx", 4, TensorProto.INT64)],
+                  inits)
+    result = check_against_reference(source, x)
+    assert result.model.program.model.scales.outputs[1] is None
+    want = ReferenceEvaluator(onnx.load_from_string(source)).run(None, {"x": x})[1]
+    got = run_float(result.model, x)[1]
+    assert got.dtype == np.int64
+    # Ties can pick another index only where quantization made two taps equal; most agree.
+    assert np.mean(got == want) > 0.9
+
+
+def test_dynamic_dims_need_an_input_shape():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    source = make(nodes, [value("x", ["N", "C"])], [out("y", 2)])
+    code, message = code_of(lambda: import_onnx(source, np.ones((2, 3), dtype=np.float32)))
+    assert code == "invalid.onnx_shape" and "'x'" in message
+    result = import_onnx(source, np.ones((2, 3), dtype=np.float32), input_shapes={"x": (1, 3)})
+    assert result.model.program.input_types[0].shape == (1, 3)
+
+
+# -- bad input: one clear error naming the node --------------------------------------------------
+
+
+def cnn_with(edit) -> bytes:
+    proto = onnx.load_from_string((FIXTURES / "digits_cnn.onnx").read_bytes())
+    edit(proto)
+    return proto.SerializeToString()
+
+
+def test_unsupported_op_is_named():
+    nodes = [helper.make_node("Sigmoid", ["x"], ["y"], name="squash")]
+    source = make(nodes, [value("x", [1, 4])], [out("y", 2)])
+    code, message = code_of(lambda: import_onnx(source, np.ones((1, 4), dtype=np.float32)))
+    assert code == "invalid.onnx_op" and "'squash'" in message and "Sigmoid" in message
+
+
+@pytest.mark.parametrize("node, shape", [
+    (helper.make_node("Gemm", ["x", "w"], ["y"], name="g", transA=1), [4, 4]),
+    (helper.make_node("MaxPool", ["x"], ["y"], name="g", kernel_shape=[2, 2], storage_order=1), [1, 1, 4, 4]),
+    (helper.make_node("Conv", ["x", "w4"], ["y"], name="g", kernel_shape=[2, 2], pads=[0, 0, 1, 1]), [1, 4, 4, 4]),
+    (helper.make_node("AveragePool", ["x"], ["y"], name="g", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+     [1, 1, 5, 5]),
+])
+def test_unsupported_attribute_values_are_named(node, shape):
+    source = make([node], [value("x", shape)], [out("y", len(shape))],
+                  [const("w", det("w", (4, 4))), const("w4", det("w4", (4, 4, 2, 2)))])
+    code, message = code_of(lambda: import_onnx(source, det("x", shape)))
+    assert code == "invalid.onnx_attr" and "'g'" in message
+
+
+def test_unknown_attribute_is_named():
+    graph = g.Graph((g.Node(0, "r", "Relu", "", ("x",), ("y",), {"alpha": 0.1}),), {},
+                    (g.GraphInput("x", "float32", (1, 2)),), ("y",), 13)
+    code, message = code_of(lambda: check_supported(graph))
+    assert code == "invalid.onnx_attr" and "'r'" in message and "alpha" in message
+
+
+def test_nan_weight_is_named():
+    def poison(proto):
+        w = next(t for t in proto.graph.initializer if t.name == "w2")
+        a = numpy_helper.to_array(w).copy()
+        a[0, 0, 0, 0] = np.nan
+        w.CopyFrom(numpy_helper.from_array(a, "w2"))
+    code, message = code_of(lambda: import_onnx(cnn_with(poison), digits()[0]))
+    assert code == "invalid.onnx_weight" and "'conv2'" in message
+
+
+@pytest.mark.parametrize("bad", ["columns", "rank", "nan", "inf", "strings", "empty"])
+def test_bad_calibration_data(bad):
+    c = digits()[0]
+    data = {"columns": c[:, :63], "rank": c.reshape(-1, 8, 8), "nan": np.where(c == c.max(), np.nan, c),
+            "inf": np.where(c == c.max(), np.inf, c), "strings": np.array([["a"] * 64]),
+            "empty": c[:0]}[bad]
+    code, _ = code_of(lambda: import_onnx(FIXTURES / "digits_mlp.onnx", data))
+    assert code == "input.calibration"
+
+
+def test_calibration_must_fill_a_fixed_batch():
+    source, x, _ = pytorch_case("Conv2d")
+    code, _ = code_of(lambda: import_onnx(source, np.concatenate([x, x[:1]])))
+    assert code == "input.calibration"
+
+
+def test_bad_evaluation_data():
+    c, x, y = digits()
+    assert code_of(lambda: import_onnx(FIXTURES / "digits_mlp.onnx", c, eval_data=x[:, :10]))[0] == "input.eval"
+    assert code_of(lambda: import_onnx(FIXTURES / "digits_mlp.onnx", c, eval_data=x, eval_labels=y[:5]))[0] \
+        == "input.eval"
+
+
+def test_precision_beyond_32_bits_is_named():
+    k = 1 << 16   # 8 + 8 + bitlen(2^16) bits of dense accumulator: 33
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["y"], name="wide", transB=1)]
+    source = make(nodes, [value("x", [1, k])], [out("y", 2)], [const("w", det("wide", (1, k)))])
+    code, message = code_of(lambda: import_onnx(source, det("xk", (1, k))))
+    assert code == "invalid.precision" and "'wide'" in message
+
+
+def test_bias_beyond_32_bits_is_named():
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="tiny", transB=1)]
+    source = make(nodes, [value("x", [1, 4])], [out("y", 2)],
+                  [const("w", np.full((2, 4), 1e-30)), const("b", [1.0, -1.0])])
+    code, message = code_of(lambda: import_onnx(source, det("x4", (1, 4))))
+    assert code == "invalid.precision" and "'tiny'" in message
+
+
+def test_pad_that_does_not_feed_a_conv_is_named():
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["y"], name="lonely")]
+    source = make(nodes, [value("x", [1, 1, 4, 4])], [out("y", 4)], [const("pads", [0, 0, 1, 1, 0, 0, 1, 1])])
+    code, message = code_of(lambda: import_onnx(source, det("x", (1, 1, 4, 4))))
+    assert code == "invalid.onnx_op" and "'lonely'" in message
+
+
+@pytest.mark.parametrize("data", [b"", b"\x08\x07garbage", b"\xff" * 64])
+def test_malformed_onnx(data):
+    assert code_of(lambda: import_onnx(data, np.ones((1, 4))))[0] == "malformed.onnx"
+
+
+def test_non_float_input_is_refused():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="r")]
+    source = make(nodes, [value("x", [1, 4], TensorProto.INT64)], [out("y", 2, TensorProto.INT64)])
+    assert code_of(lambda: import_onnx(source, np.ones((1, 4))))[0] == "invalid.onnx_input"
+
+
+@pytest.mark.parametrize("options", [dict(bits=9), dict(bits=1), dict(weight_bits=0), dict(output_bits=32),
+                                     dict(bits=True)])
+def test_options_out_of_range(options):
+    assert code_of(lambda: Options(**options))[0] == "invalid.onnx_option"
+
+
+@pytest.mark.parametrize("opset", [10, 13])
+def test_clip_inside_the_range_becomes_integer_bounds(opset):
+    x = det("clip", (2, 3, 4, 4))
+    if opset < 11:
+        clip = helper.make_node("Clip", ["mp"], ["y"], name="clip", min=-0.2, max=0.5)
+        inits = []
+    else:
+        clip = helper.make_node("Clip", ["mp", "lo", "hi"], ["y"], name="clip")
+        inits = [const("lo", -0.2), const("hi", 0.5)]
+    nodes = [helper.make_node("MaxPool", ["x"], ["mp"], name="pool", kernel_shape=[2, 2]), clip]
+    source = make(nodes, [value("x", [2, 3, 4, 4])], [out("y", 4)], inits, opset=opset)
+    result = check_against_reference(source, x)
+    (step,) = [s for s in result.model.program.steps if s.op.name == "clip"]
+    scale = result.model.program.model.scales.inputs[0]
+    assert (step.attrs.a_min, step.attrs.a_max) == (round(-0.2 / scale), round(0.5 / scale))
