@@ -9,7 +9,8 @@ from typing import Mapping
 
 import numpy as np
 
-from isa.errors import InputError
+from isa.errors import InputError, InvalidError
+from serializer.model import Model as ModelIR
 from serializer.model import with_scales
 from cvmvm import files
 from cvmvm.importer import calibrate as cal
@@ -64,8 +65,7 @@ def import_onnx(source: str | os.PathLike[str] | bytes, calibration: np.ndarray 
     if len(counts) != 1:
         raise InputError("calibration", f"calibration inputs hold different numbers of samples {sorted(counts)}")
     chunk = _chunk(graph, shapes, spec, fixed)
-    # Lower once on unit statistics first: every unsupported op, attribute or shape fails before calibration.
-    _lower(graph, spec, {k: 1.0 for k in spec.shapes}, options, names)
+    _dry_run(graph, spec, options, names)
     bar = rep.progress_bar(counts.pop(), "calibrating", progress)
     try:
         peaks = cal.calibrate(graph, samples, chunk, set(spec.constants), bar.update if bar else None)
@@ -80,7 +80,21 @@ def import_onnx(source: str | os.PathLike[str] | bytes, calibration: np.ndarray 
     return ImportResult(model, replace(report, import_seconds=imported, source_nodes=len(full.nodes)))
 
 
-def _lower(graph, spec, peaks, options, names):
+def _dry_run(graph: g.Graph, spec: cal.Specialized, options: Options, names: list[str]) -> None:
+    """Lower once on unit statistics, so an unsupported op, attribute or shape fails before calibration.
+
+    Whether a precision fits depends on the real ranges, so a precision failure here proves nothing:
+    the real lowering decides it.
+    """
+    try:
+        _lower(graph, spec, {k: 1.0 for k in spec.shapes}, options, names)
+    except InvalidError as e:
+        if e.code != "invalid.precision":
+            raise
+
+
+def _lower(graph: g.Graph, spec: cal.Specialized, peaks: dict[str, float], options: Options,
+           names: list[str]) -> tuple[Lowering, ModelIR]:
     lowering = Lowering(graph, spec.shapes, spec.constants, peaks, options)
     model_ir, input_scales, output_scales = lowering.run(names)
     return lowering, with_scales(model_ir, input_scales, output_scales)
