@@ -1,6 +1,7 @@
 """The layers depend one way only, and no module imports itself back.
 
-isa <- serializer <- cvmvm; inside cvmvm, files <- vm <- tx <- cli; the
+isa <- serializer <- cvmvm; inside cvmvm, files <- vm <- tx <- cli, and
+files <- vm <- importer <- cli (the importer, beside tx, needs neither); the
 reference kernels stand alone.  Every import counts, including those inside
 functions (a deferred import hides a cycle from the interpreter, not from this
 test).
@@ -24,9 +25,15 @@ ALLOWED = {
     "cvmvm": {"isa", "serializer", "cvmvm", "numpy", "msgpack", "cryptography", "ray"},
 }
 
+# Optional extras only a sub-package may import (the core works without them).
+EXTRAS = {"cvmvm.importer": {"onnx", "tqdm"}}
+
 # Inside cvmvm: a module may import cvmvm modules of its own sub-layer or a lower one.
 # The package itself re-exports the VM's API, so it sits with vm; __main__ runs the CLI.
-CVMVM_LEVELS = {"cvmvm.files": 0, "cvmvm.vm": 1, "cvmvm": 1, "cvmvm.tx": 2, "cvmvm.cli": 3, "cvmvm.__main__": 3}
+CVMVM_LEVELS = {"cvmvm.files": 0, "cvmvm.vm": 1, "cvmvm": 1, "cvmvm.tx": 2, "cvmvm.importer": 2, "cvmvm.cli": 3,
+                "cvmvm.__main__": 3}
+# Sub-layers of one level that must not import each other.
+SIBLINGS = (("cvmvm.tx", "cvmvm.importer"),)
 
 # Modules that stand alone: the reference kernels share nothing with the fast ones.
 STANDALONE = {"isa.reference": {"numpy"}}
@@ -73,7 +80,8 @@ def test_layer_imports_point_one_way(layer):
     for name, path in MODULES.items():
         if name.split(".")[0] != layer:
             continue
-        extra = {m.split(".")[0] for m in imports(path)} - ALLOWED[layer] - stdlib - {"__future__"}
+        extras = set().union(*(v for k, v in EXTRAS.items() if name == k or name.startswith(k + ".")))
+        extra = {m.split(".")[0] for m in imports(path)} - ALLOWED[layer] - extras - stdlib - {"__future__"}
         if extra:
             bad[name] = sorted(extra)
     assert not bad, f"{layer} imports outside its layer: {bad}"
@@ -84,6 +92,24 @@ def test_cvmvm_sublayers_point_one_way():
     bad = [(name, m) for name in MODULES if name.split(".")[0] == "cvmvm"
            for m in GRAPH[name] if m.split(".")[0] == "cvmvm" and sublayer(m) > sublayer(name)]
     assert not bad, f"imports that point up the cvmvm sub-layers: {bad}"
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("a, b", SIBLINGS)
+def test_sibling_sublayers_do_not_import_each_other(a, b):
+    bad = [(name, m) for name in MODULES for m in GRAPH[name]
+           if (within(name, a) and within(m, b)) or (within(name, b) and within(m, a))]
+    assert not bad, bad
+
+
+def test_the_core_does_not_import_the_extras():
+    """`import cvmvm` works without the onnx extra: only the importer package reaches for it."""
+    for name, path in MODULES.items():
+        if not any(within(name, k) for k in EXTRAS):
+            assert not {m.split(".")[0] for m in imports(path)} & set().union(*EXTRAS.values()), name
 
 
 @pytest.mark.parametrize("package", sorted(STANDALONE))
