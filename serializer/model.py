@@ -72,6 +72,14 @@ class Model:
     source: Any = field(default=None, compare=False, repr=False)
 
     @property
+    def input_scales(self) -> tuple[float | None, ...]:
+        return self.scales.inputs if self.scales is not None else (None,) * len(self.inputs)
+
+    @property
+    def output_scales(self) -> tuple[float | None, ...]:
+        return self.scales.outputs if self.scales is not None else (None,) * len(self.outputs)
+
+    @property
     def num_variables(self) -> int:
         return len(self.inputs) + len(self.params)
 

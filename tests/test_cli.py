@@ -42,7 +42,7 @@ def test_verify_reports_ops_gas_and_types(capsys, digits):
     code, info = run_json(capsys, ["verify", str(digits["graph"]), "--params", str(digits["params"])])
     assert code == 0
     assert info["ops"] == 115096 and info["gas"] == 5
-    assert info["inputs"] == {"data": {"shape": [1, 1, 8, 8], "dtype": "int32", "precision": 8}}
+    assert info["inputs"] == {"data": {"shape": [1, 1, 8, 8], "dtype": "int32", "precision": 8, "scale": None}}
     assert info["outputs"][0]["shape"] == [1, 10]
 
 

@@ -18,7 +18,6 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from isa.errors import CvmError  # noqa: E402
-from isa.types import quantize_float  # noqa: E402
 from cvmvm.importer import Options, import_onnx  # noqa: E402
 from cvmvm.importer import graph as g  # noqa: E402
 from cvmvm.importer.floateval import Evaluator  # noqa: E402
@@ -35,12 +34,8 @@ def digits():
 
 
 def run_float(model, x: np.ndarray) -> list[np.ndarray]:
-    """The imported model on float input (quantized as the model's input scale says), dequantized."""
-    program = model.program
-    scales = program.model.scales
-    name = program.model.inputs[0].name
-    out = model.run({name: quantize_float(x, scales.inputs[0], program.input_types[0].precision)}).outputs
-    return [v.astype(np.float64) * s if s is not None else v for v, s in zip(out, scales.outputs)]
+    """The imported model on float input (the VM quantizes it at the input's scale), dequantized."""
+    return model.run({model.program.model.inputs[0].name: x}).dequantized()
 
 
 def code_of(fn) -> tuple[str, str]:

@@ -1,16 +1,25 @@
-"""The native format's float scales (docs/FORMAT.md 1.6): bytes, hash, and every way to get them wrong."""
+"""Float scales (docs/FORMAT.md 1.6): their bytes and hash, every way to get them wrong, and running
+with float inputs and dequantized outputs."""
 
 from __future__ import annotations
 
 import hashlib
 import struct
+from dataclasses import replace
 
 import msgpack
+import numpy as np
 import pytest
 
+import cvmvm
+from isa.attrs import parse_attrs
 from isa.errors import CvmError
+from isa.ops.pool import MaxPoolAttrs
+from isa.types import TensorType, quantize_float
 from serializer import native
-from serializer.model import with_scales
+from serializer.model import Input, Instr, Scales, with_scales
+from serializer.model import Model as ModelIR
+from cvmvm.vm.verify import verify
 
 EXAMPLE = bytes.fromhex(
     "87a6666f726d6174a563766d766da776657273696f6e01a369736101a6696e70"
@@ -102,3 +111,79 @@ def test_a_float_in_place_of_the_bytes_is_refused():
     with pytest.raises(CvmError) as e:
         native.decode(rewired({"inputs": [1.0], "outputs": [None]}))
     assert e.value.code == "malformed.native"
+
+
+# -- running with float inputs and outputs ---------------------------------------------------
+
+def test_float_inputs_are_quantized_exactly_as_integers_would_be():
+    model = cvmvm.load(SCALED)
+    x = np.array([[0.5, -1.0, 2.0], [0.0078125, -0.0078125, 100.0]], dtype=np.float32)
+    q = quantize_float(x, 2.0 ** -6, 8)
+    assert q.tolist() == [[32, -64, 127], [1, -1, 127]]   # halves away from zero; 100 clips
+    by_float = model.run({"x": x}, trace=True)
+    by_int = model.run({"x": q}, trace=True)
+    assert by_float.output_hash == by_int.output_hash
+    assert by_float.trace.root == by_int.trace.root       # the trace sees the integers the program read
+    assert model.input_scales == {"x": 2.0 ** -6} and model.output_scales == (2.0 ** -5,)
+    (deq,) = by_float.dequantized()
+    assert deq.dtype == np.float64
+    assert np.array_equal(deq, by_float.outputs[0].astype(np.float64) * 2.0 ** -5)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_every_float_width(dtype):
+    x = np.array([[0.25, -0.5, 1.0], [0.0, 1.5, -1.5]], dtype=dtype)
+    model = cvmvm.load(SCALED)
+    assert np.array_equal(model.run({"x": x}).outputs[0], model.run({"x": quantize_float(x, 2.0 ** -6, 8)}).outputs[0])
+
+
+@pytest.mark.parametrize("bad, code", [(np.nan, "input.value"), (np.inf, "input.value"), (-np.inf, "input.value")])
+def test_non_finite_float_inputs(bad, code):
+    x = np.zeros((2, 3), dtype=np.float32)
+    x[1, 2] = bad
+    with pytest.raises(CvmError) as e:
+        cvmvm.load(SCALED).run({"x": x})
+    assert e.value.code == code
+
+
+def test_floats_need_a_scale():
+    with pytest.raises(CvmError) as e:
+        cvmvm.load(EXAMPLE).run({"x": np.zeros((2, 3), dtype=np.float32)})
+    assert e.value.code == "input.dtype"
+    result = cvmvm.load(EXAMPLE).run({"x": np.zeros((2, 3), dtype=np.int32)})
+    assert result.output_scales == () and result.dequantized()[0] is result.outputs[0]
+
+
+def test_an_output_without_a_scale_stays_integer():
+    model = cvmvm.load(native.encode(with_scales(native.decode(EXAMPLE), [0.5], [None])))
+    result = model.run({"x": np.ones((2, 3), dtype=np.float64)})
+    assert result.dequantized()[0].dtype == np.int32
+
+
+def _float_input_model(scales) -> ModelIR:
+    x = TensorType((1, 1, 4), None, "float32")
+    return ModelIR((Input("x", x),), (), (Instr("max_pool", _pool_attrs(), (0,), (1, 2)),), (1, 2), scales)
+
+
+def _pool_attrs():
+    return parse_attrs(MaxPoolAttrs, {"kernel_shape": [2], "strides": [2], "dilations": [1], "pads": [0, 0],
+                                      "auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0, "index_axis": 0,
+                                      "index_dtype": "int64"}, fill_defaults=False)
+
+
+@pytest.mark.parametrize("inputs, outputs", [((0.5,), (None, None)),      # a float input
+                                             ((None,), (None, 0.5)),      # int64 indices
+                                             ((None,), (0.5, None))])     # a float output
+def test_scales_only_on_cvm_int32_tensors(inputs, outputs):
+    with pytest.raises(CvmError) as e:
+        verify(_float_input_model(Scales(inputs, outputs)))
+    assert e.value.code == "invalid.scale"
+
+
+@pytest.mark.parametrize("inputs, outputs", [((1.0, 1.0), (1.0,)), ((1.0,), ()), ((1,), (1.0,)),
+                                             ((float("nan"),), (1.0,)), ((0.0,), (1.0,))])
+def test_scales_built_in_python_are_checked_too(inputs, outputs):
+    model = replace(native.decode(EXAMPLE), scales=Scales(inputs, outputs))
+    with pytest.raises(CvmError) as e:
+        verify(model)
+    assert e.value.code == "invalid.scale"

@@ -24,6 +24,17 @@ EXIT_USAGE = 2      # argparse's own code for bad command lines
 EXIT_CODES = {"malformed": 3, "invalid": 4, "input": 5, "limit": 6, "internal": 7}
 
 Reply = tuple[int, dict[str, Any], str]
+
+
+class UsageError(Exception):
+    """A command that cannot run as asked, though argparse accepted it (an extra not installed):
+    one line ``cvmvm: error usage.<reason>: ...``, exit 2."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = f"usage.{reason}"
+        self.message = message
+
 # Adds a subcommand (name, function, help) to the main parser; returns its parser.
 Command = Callable[[str, Callable[..., Any], str], argparse.ArgumentParser]
 

@@ -3,7 +3,7 @@
 Every command prints one clear line on failure, never a traceback, and exits
 with its error family's code (``common.EXIT_CODES``); ``--json`` prints one
 JSON object on stdout instead of text.  The commands themselves live in one
-module per group (``model``, ``tx``); this module only assembles them.
+module per group (``model``, ``tx``, ``importer``); this module only assembles them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import sys
 from typing import Any, Callable, Sequence
 
 from isa.errors import CvmError
-from cvmvm.cli import model, tx
-from cvmvm.cli.common import EXIT_CODES
+from cvmvm.cli import importer, model, tx
+from cvmvm.cli.common import EXIT_CODES, EXIT_USAGE, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     model.add_commands(command)
     tx.add_commands(command)
+    importer.add_commands(command)
     return parser
 
 
@@ -38,11 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code, info, text = args.func(args)
-    except CvmError as e:
+    except (CvmError, UsageError) as e:
         if getattr(args, "json", False):
             print(json.dumps({"error": e.code, "message": e.message}))
         print(f"cvmvm: error {e.code}: {e.message}", file=sys.stderr)
-        return EXIT_CODES[e.family]
+        return EXIT_USAGE if isinstance(e, UsageError) else EXIT_CODES[e.family]
     except KeyboardInterrupt:
         print("cvmvm: interrupted", file=sys.stderr)
         return 130

@@ -27,25 +27,26 @@ def _type_json(t: Any) -> dict[str, Any]:
     return {"shape": list(t.shape), "dtype": t.dtype, "precision": t.precision}
 
 
-def _type_text(t: Any) -> str:
+def _type_text(t: Any, scale: float | None = None) -> str:
     prec = f" p{t.precision}" if t.precision is not None else ""
-    return f"{t.dtype}{list(t.shape)}{prec}"
+    return f"{t.dtype}{list(t.shape)}{prec}" + (f" scale {scale!r}" if scale is not None else "")
 
 
 def cmd_verify(args: argparse.Namespace) -> Reply:
     model = load_model(args.model, args.params, args.ops_limit)
+    in_scales, out_scales = model.input_scales, model.output_scales
     info = {
         "model_hash": model.model_hash.hex(),
         "instructions": len(model.program.steps),
         "ops": model.ops,
         "gas": model.gas,
-        "inputs": {n: _type_json(t) for n, t in model.inputs.items()},
-        "outputs": [_type_json(t) for t in model.output_types],
+        "inputs": {n: {**_type_json(t), "scale": in_scales[n]} for n, t in model.inputs.items()},
+        "outputs": [{**_type_json(t), "scale": s} for t, s in zip(model.output_types, out_scales)],
     }
     lines = [f"ok: {len(model.program.steps)} instructions, ops {model.ops}, gas {model.gas}",
              f"model hash {info['model_hash']}"]
-    lines += [f"input  {n}: {_type_text(t)}" for n, t in model.inputs.items()]
-    lines += [f"output {k}: {_type_text(t)}" for k, t in enumerate(model.output_types)]
+    lines += [f"input  {n}: {_type_text(t, in_scales[n])}" for n, t in model.inputs.items()]
+    lines += [f"output {k}: {_type_text(t, s)}" for k, (t, s) in enumerate(zip(model.output_types, out_scales))]
     return EXIT_OK, info, "\n".join(lines)
 
 
@@ -58,16 +59,21 @@ def cmd_run(args: argparse.Namespace) -> Reply:
     model = load_model(args.model, args.params, args.ops_limit)
     inputs = parse_inputs(args.input)
     result = model.run(inputs, trace=True)
+    values = result.dequantized() if args.dequantize else result.outputs
     if args.save_outputs:
         out_dir = Path(args.save_outputs)
         out_dir.mkdir(parents=True, exist_ok=True)
-        for k, value in enumerate(result.outputs):
+        for k, value in enumerate(values):
             files.save_npy_atomic(out_dir / f"output_{k}.npy", value)
     if args.trace:
         doc = trace_to_json(model.program, result.trace, model.model_hash)
         files.write_atomic(args.trace, trace_bytes(doc))
     outputs = [{**_summary(t, v), "hash": h.hex()}
                for t, v, h in zip(model.output_types, result.outputs, result.output_hashes)]
+    if args.dequantize:
+        for o, v, scale in zip(outputs, values, model.output_scales):
+            if scale is not None:
+                o.update(scale=scale, float_min=float(v.min()), float_max=float(v.max()))
     info = {"model_hash": model.model_hash.hex(), "output_hash": result.output_hash.hex(),
             "trace_root": result.trace.root.hex(), "ops": result.ops, "outputs": outputs,
             "peak_tensor_bytes": result.peak_bytes, **run_receipt(args, model, result)}
@@ -76,6 +82,7 @@ def cmd_run(args: argparse.Namespace) -> Reply:
              f"output hash {info['output_hash']}",
              f"trace root  {info['trace_root']}"]
     lines += [f"output {k}: {_type_text(t)} min {o['min']} max {o['max']}"
+              + (f" (as floats {o['float_min']:.6g} .. {o['float_max']:.6g})" if "float_min" in o else "")
               for k, (t, o) in enumerate(zip(model.output_types, outputs))]
     return EXIT_OK, info, "\n".join(lines)
 
@@ -105,9 +112,11 @@ def cmd_convert(args: argparse.Namespace) -> Reply:
         params_out = args.params_out or str(Path(args.out).with_suffix(".params"))
         files.write_atomic(params_out, blob)
         files.write_atomic(args.out, cortex.graph_to_json_bytes(graph))
+        dropped = model.program.model.scales is not None
         info = {"from": "native", "to": "cortex", "graph": args.out, "params": params_out,
-                "model_hash": model.model_hash.hex()}
-        return EXIT_OK, info, f"wrote Cortex graph {args.out} and params {params_out}"
+                "model_hash": model.model_hash.hex(), "dropped_scales": dropped}
+        note = "; the float scales are dropped (a Cortex graph cannot hold them)" if dropped else ""
+        return EXIT_OK, info, f"wrote Cortex graph {args.out} and params {params_out}{note}"
     if args.params_out:
         raise InputError("argument", "--params-out is only for native input")
     blob = files.read_bytes(args.params, "params") if args.params else None
@@ -155,11 +164,14 @@ def add_commands(command: Command) -> None:
     model_args(p)
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
 
-    p = command("run", cmd_run, "verify and run a model on .npy inputs; print output hash, trace root, ops")
+    p = command("run", cmd_run, "verify and run a model on .npy inputs (float ones quantized at the input's "
+                                "scale); print output hash, trace root, ops")
     model_args(p)
     input_arg(p)
     p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor hash) as JSON")
     p.add_argument("--save-outputs", metavar="DIR", help="write output_<k>.npy files into DIR")
+    p.add_argument("--dequantize", action="store_true",
+                   help="outputs with a float scale as float64 values q * scale (saved and summarized)")
     p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
     p.add_argument("--receipt", metavar="FILE", help="write the run's receipt (docs/FORMAT.md section 6)")
     p.add_argument("--sign", metavar="KEY", help="sign the receipt with this Ed25519 private key (PEM or raw 32 bytes)")

@@ -18,7 +18,6 @@ from typing import Any, Mapping
 import numpy as np
 
 from isa.errors import InputError
-from isa.types import quantize_float
 from cvmvm.importer import calibrate as cal
 from cvmvm.importer.floateval import Evaluator
 from cvmvm.importer.graph import Graph, Node, Tail
@@ -168,8 +167,7 @@ def evaluate(graph: Graph, tail: Tail, lowering: Lowering, model: Model, calibra
     labels = _labels(eval_labels, count) if eval_labels is not None else None
     if eval_labels is not None and eval_data is None:
         raise InputError("eval", "labels were given without evaluation data")
-    scales = model.program.model.scales
-    in_scales = scales.inputs if scales else (None,) * len(names)
+    in_scales = program.model.input_scales
     layer_ids = {model_id(lowering, x.value.ref): x for x in lowering.layers}
     layer_err = {x.tensor: 0.0 for x in lowering.layers}
     beyond = {x.tensor: 0 for x in lowering.layers}
@@ -195,11 +193,11 @@ def evaluate(graph: Graph, tail: Tail, lowering: Lowering, model: Model, calibra
         for s0 in range(lo, hi, batch):
             s1 = min(s0 + batch, hi)
             feeds = {}
-            for name, scale in zip(names, in_scales):
+            for name in names:
                 x = data[name][s0:s1]
                 if s1 - s0 < batch:  # the last, short batch: padded with zeros, the padding dropped below
                     x = np.concatenate([x, np.zeros((batch - (s1 - s0),) + x.shape[1:])])
-                feeds[name] = quantize_float(x, scale, program.input_types[names.index(name)].precision)
+                feeds[name] = x      # float: the VM quantizes it at the input's scale
             got: dict[int, np.ndarray] = {}
             outs, _ = execute(program, feeds, lambda t, v: got.__setitem__(t, v) if t in layer_ids else None)
             rows = slice(s0 - lo, s1 - lo) if free else slice(None)
@@ -210,8 +208,7 @@ def evaluate(graph: Graph, tail: Tail, lowering: Lowering, model: Model, calibra
                 layer_err[layer.tensor] = max(layer_err[layer.tensor], float(np.max(diff)) if diff.size else 0.0)
                 beyond[layer.tensor] += int(np.count_nonzero(np.abs(ref) > layer.value.peak))
                 totals[layer.tensor] += ref.size
-            for k, (name, v, scale) in enumerate(zip(graph.outputs, outs, model.program.model.scales.outputs
-                                                     if model.program.model.scales else [None] * len(outs))):
+            for k, (name, v, scale) in enumerate(zip(graph.outputs, outs, program.model.output_scales)):
                 ref = floats[name][rows]
                 q = v[: s1 - s0] if free else v
                 if scale is not None:

@@ -29,6 +29,13 @@ class Result:
     output_hash: bytes
     peak_bytes: int
     trace: Trace | None = None
+    output_scales: tuple[float | None, ...] = ()   # FORMAT.md 1.6; () for a model without scales
+
+    def dequantized(self) -> list[np.ndarray]:
+        """The outputs as float64 values, q * scale (one IEEE multiplication each); an output without a
+        scale is returned as it is."""
+        scales = self.output_scales or (None,) * len(self.outputs)
+        return [v if s is None else v.astype(np.float64) * np.float64(s) for v, s in zip(self.outputs, scales)]
 
 
 class Model:
@@ -70,8 +77,21 @@ class Model:
     def output_types(self) -> tuple[TensorType, ...]:
         return self.program.output_types
 
+    @property
+    def input_scales(self) -> dict[str, float | None]:
+        """Each input's float scale (FORMAT.md 1.6): Model.run quantizes a float array for a scaled input."""
+        m = self.program.model
+        return {i.name: s for i, s in zip(m.inputs, m.input_scales)}
+
+    @property
+    def output_scales(self) -> tuple[float | None, ...]:
+        return self.program.model.output_scales
+
     def run(self, inputs: Mapping[str, np.ndarray], trace: bool = False) -> Result:
-        """Run once; with ``trace`` every tensor is hashed into a Merkle-committed trace."""
+        """Run once; with ``trace`` every tensor is hashed into a Merkle-committed trace.
+
+        An input with a float scale also takes a float array, quantized as FORMAT.md 1.6 defines.
+        """
         tracer = Tracer(self.program, self.model_hash) if trace else None
         outputs, peak = execute(self.program, inputs, tracer)
         if tracer is not None:
@@ -79,7 +99,8 @@ class Model:
         else:
             digests = tuple(tensor_hash(v, t.dtype) for v, t in zip(outputs, self.program.output_types))
         return Result(outputs, self.program.ops, digests, outputs_hash(digests), peak,
-                      tracer.trace() if tracer is not None else None)
+                      tracer.trace() if tracer is not None else None,
+                      self.output_scales if self.program.model.scales is not None else ())
 
 
 def load(source: str | os.PathLike[str] | bytes, *, ops_limit: int | None = None) -> Model:

@@ -202,10 +202,10 @@ def prepare_feeds(program: Program, inputs: tuple[tuple[str, np.ndarray], ...]) 
     if unknown:
         raise InputError("name", f"unknown input {unknown[0]!r}; the model takes {expected}")
     feeds = []
-    for i in program.model.inputs:
+    for i, scale in zip(program.model.inputs, program.model.input_scales):
         if i.name not in given:
             raise InputError("name", f"missing input {i.name!r}")
-        feeds.append(prepare_input(i.name, i.type, given[i.name]))
+        feeds.append(prepare_input(i.name, i.type, given[i.name], scale))
     return feeds
 
 

@@ -2,7 +2,8 @@
 
 Inputs are checked against the program (name, dtype, shape) and int32 inputs
 are clipped to their declared precision, as the Cortex runtime does for
-``data``.  Each instruction's outputs are confirmed against their inferred
+``data``; a float array for an input with a scale is quantized to it
+(FORMAT.md 1.6).  Each instruction's outputs are confirmed against their inferred
 type: a mismatch is a VM bug (internal.*), never silently passed on.
 """
 
@@ -13,7 +14,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from isa.errors import InputError, InternalError
-from isa.types import DTYPES, INT32, TensorType, clip_to_precision, precision_bound, vm_dtype
+from isa.types import DTYPES, INT32, TensorType, clip_to_precision, precision_bound, quantize_float, vm_dtype
 from cvmvm.vm.verify import Program
 
 # Called with (tensor id, array) for every tensor as it comes into existence:
@@ -21,15 +22,24 @@ from cvmvm.vm.verify import Program
 TensorObserver = Callable[[int, np.ndarray], None]
 
 
-def prepare_input(name: str, t: TensorType, value: object) -> np.ndarray:
-    """A caller's array -> the VM's canonical array for this input (clipped int32, or exact dtype)."""
+def prepare_input(name: str, t: TensorType, value: object, scale: float | None = None) -> np.ndarray:
+    """A caller's array -> the VM's canonical array for this input (clipped int32, or exact dtype).
+
+    With a ``scale``, a float16/32/64 array is quantized: round half away from zero of x / scale in
+    float64, clipped to the precision (FORMAT.md 1.6).
+    """
     if not isinstance(value, np.ndarray):
         raise InputError("dtype", f"input {name}: expected a numpy array, got {type(value).__name__}")
     if tuple(value.shape) != t.shape:
         raise InputError("shape", f"input {name}: shape {tuple(value.shape)} must be {t.shape}")
     if t.dtype == INT32 and t.precision is not None:
+        if value.dtype.kind == "f" and scale is not None and vm_dtype(value.dtype) is not None:
+            if not np.all(np.isfinite(value)):
+                raise InputError("value", f"input {name}: a float input holds NaN or infinity")
+            return np.ascontiguousarray(quantize_float(value, scale, t.precision))
         if value.dtype.kind not in "iu":
-            raise InputError("dtype", f"input {name}: dtype {value.dtype} is not an integer type")
+            hint = ", and the model gives this input no scale" if value.dtype.kind == "f" and scale is None else ""
+            raise InputError("dtype", f"input {name}: dtype {value.dtype} is not an integer type{hint}")
         wide = value.astype(np.int64) if value.dtype != np.uint64 else np.minimum(value, np.iinfo(np.int64).max).astype(np.int64)
         return np.ascontiguousarray(clip_to_precision(wide, t.precision))
     if vm_dtype(value.dtype) != t.dtype:
@@ -69,7 +79,7 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray],
     for k, inp in enumerate(model.inputs):
         if inp.name not in inputs:
             raise InputError("name", f"missing input {inp.name!r}")
-        env[k] = prepare_input(inp.name, inp.type, inputs[inp.name])
+        env[k] = prepare_input(inp.name, inp.type, inputs[inp.name], model.input_scales[k])
     for k, p in enumerate(model.params, start=len(model.inputs)):
         env[k] = p.value
     if observe is not None:

@@ -8,6 +8,7 @@ the cost ("ops", SEMANTICS.md section 3).  Execution accepts only a Program.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -88,6 +89,22 @@ def check_param_value(name: str, t: TensorType, value: np.ndarray) -> None:
             raise InvalidError("param", f"param {name}: value {bad} outside precision {t.precision} (+-{bound})")
 
 
+def check_scales(model: Model, types: list[TensorType]) -> None:
+    """FORMAT.md 1.6: one scale or None per input and output, each finite and > 0, and only on CVM int32 tensors."""
+    scales = model.scales
+    for what, values, ids in (("input", scales.inputs, range(len(model.inputs))),
+                              ("output", scales.outputs, model.outputs)):
+        if len(values) != len(ids):
+            raise InvalidError("scale", f"{len(values)} {what} scales for {len(ids)} {what}s")
+        for k, (scale, t) in enumerate(zip(values, ids)):
+            if scale is None:
+                continue
+            if type(scale) is not float or not (math.isfinite(scale) and scale > 0):
+                raise InvalidError("scale", f"{what} {k}: scale {scale!r} must be a finite float above 0")
+            if types[t].dtype != INT32 or types[t].precision is None:
+                raise InvalidError("scale", f"{what} {k}: a {types[t].dtype} tensor without a precision has no scale")
+
+
 def _apply_rule(rule: Callable[..., Any], reason: str, where: str, *args: Any) -> Any:
     try:
         return rule(*args)
@@ -159,6 +176,8 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
     for t in model.outputs:
         if not 0 <= t < len(types):
             raise InvalidError("graph", f"output tensor {t} does not exist")
+    if model.scales is not None:
+        check_scales(model, types)
     if limits.ops is not None and ops > limits.ops:
         raise LimitError("ops", f"model costs {ops} ops, over the limit of {limits.ops}")
     return Program(model, tuple(types), tuple(steps), ops, _liveness(model, steps))

@@ -1,0 +1,81 @@
+"""The import command: import-onnx (needs the onnx extra; the rest of the CLI does not)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from isa.errors import InputError
+from cvmvm import files
+from cvmvm.cli.common import EXIT_OK, Command, Reply, UsageError
+
+MISSING_EXTRA = "import-onnx needs the onnx extra: pip install 'cvmvm[onnx]'"
+
+
+def _named_arrays(specs: list[str], what: str) -> np.ndarray | dict[str, np.ndarray]:
+    """``FILE.npy`` (a one-input model) or ``NAME=FILE.npy`` per input."""
+    if len(specs) == 1 and "=" not in specs[0]:
+        return files.read_npy(specs[0])
+    arrays: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise InputError("argument", f"--{what} {spec!r}: expected FILE.npy, or NAME=FILE.npy per input")
+        if name in arrays:
+            raise InputError("argument", f"--{what} {name} given twice")
+        arrays[name] = files.read_npy(path)
+    return arrays
+
+
+def _input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or name in shapes:
+            raise InputError("argument", f"--input-shape {spec!r}: expected NAME=D0,D1,... once per input")
+        shapes[name] = shape
+    return shapes
+
+
+def cmd_import_onnx(args: argparse.Namespace) -> Reply:
+    try:
+        from cvmvm.importer import Options, import_onnx
+    except ImportError:
+        raise UsageError("missing_extra", MISSING_EXTRA) from None
+    out = Path(args.out)
+    if not out.parent.is_dir():   # fail before calibrating, not after
+        raise InputError("file", f"-o {args.out}: directory {out.parent} does not exist")
+    calibration = _named_arrays(args.calibrate, "calibrate")
+    eval_data = eval_labels = None
+    if args.eval:
+        eval_data, eval_labels = files.read_npy(args.eval[0]), files.read_npy(args.eval[1])
+    options = Options(bits=args.bits, weight_bits=args.weight_bits, output_bits=args.output_bits)
+    result = import_onnx(args.model, calibration, eval_data=eval_data, eval_labels=eval_labels, batch=args.batch,
+                         input_shapes=_input_shapes(args.input_shape), options=options, progress=not args.json)
+    files.write_atomic(out, result.model.canonical_bytes)
+    info = {"out": str(out), **result.report.to_json()}
+    return EXIT_OK, info, result.report.text() + f"\nwrote {out}"
+
+
+def add_commands(command: Command) -> None:
+    p = command("import-onnx", cmd_import_onnx,
+                "quantize a float ONNX model into a verified native model; print the float vs quantized report")
+    p.add_argument("model", help="the float ONNX model (.onnx)")
+    p.add_argument("--calibrate", action="append", required=True, metavar="[NAME=]FILE.npy",
+                   help="calibration samples stacked on axis 0 (NAME= per input for several inputs)")
+    p.add_argument("--eval", nargs=2, metavar=("X.npy", "Y.npy"),
+                   help="evaluation samples and their integer labels: accuracy and top-1 agreement")
+    p.add_argument("-o", "--out", required=True, help="the native model to write (.cvm)")
+    p.add_argument("--batch", type=int, help="the batch size a dynamic first dimension becomes (default 1)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="the full shape of an input with dynamic dimensions (repeatable)")
+    p.add_argument("--bits", type=int, default=8, help="activation precision, 2..8 (default 8)")
+    p.add_argument("--weight-bits", type=int, default=8, help="weight precision, 2..8 (default 8)")
+    p.add_argument("--output-bits", type=int, default=16,
+                   help="precision of outputs nothing else reads (the logits), 2..31 (default 16)")

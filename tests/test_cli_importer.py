@@ -1,0 +1,136 @@
+"""cvmvm import-onnx, and the float side of verify, run and convert."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cvmvm.cli.common import EXIT_CODES, EXIT_USAGE
+from cvmvm.cli.main import main
+
+pytest.importorskip("onnx")
+
+REPO = Path(__file__).resolve().parent.parent
+ONNX = REPO / "fixtures" / "onnx"
+DIGITS = ONNX / "digits"
+GOLDEN = json.loads((ONNX / "golden.json").read_text())
+
+
+def import_argv(model: str, out: Path, *extra: str) -> list[str]:
+    return ["import-onnx", str(ONNX / f"{model}.onnx"), "--calibrate", str(DIGITS / "calibration.npy"),
+            "-o", str(out), *extra]
+
+
+def test_import_writes_the_golden_model_and_reports(capsys, tmp_path):
+    out = tmp_path / "cnn.cvm"
+    code = main(import_argv("digits_cnn", out, "--eval", str(DIGITS / "test.npy"), str(DIGITS / "test_labels.npy"),
+                            "--json"))
+    info = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert info["model_hash"] == GOLDEN["digits_cnn"]["model_hash"]
+    assert info["quantized_accuracy"] == GOLDEN["digits_cnn"]["quantized_accuracy"]
+    assert {"layers", "outputs", "op_counts", "top1_agreement", "dropped_tail", "import_seconds"} <= set(info)
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == info["model_hash"]
+    code = main(["verify", str(out), "--json"])
+    verified = json.loads(capsys.readouterr().out)
+    assert code == 0 and verified["model_hash"] == info["model_hash"]
+    assert verified["inputs"]["pixels"]["scale"] == info["inputs"][0]["scale"]
+
+
+def test_import_text_report(capsys, tmp_path):
+    assert main(import_argv("digits_mlp", tmp_path / "m.cvm", "--batch", "2")) == 0
+    text = capsys.readouterr().out
+    assert "model hash" in text and "dropped the output tail" in text and "wrote" in text
+
+
+def test_run_takes_floats_and_dequantizes(capsys, tmp_path):
+    out = tmp_path / "mlp.cvm"
+    assert main(import_argv("digits_mlp", out, "--json")) == 0
+    capsys.readouterr()
+    x = np.load(DIGITS / "test.npy")[:1]
+    np.save(tmp_path / "x.npy", x)
+    code = main(["run", str(out), "--input", f"X={tmp_path / 'x.npy'}", "--dequantize",
+                 "--save-outputs", str(tmp_path / "o"), "--json"])
+    info = json.loads(capsys.readouterr().out)
+    assert code == 0 and "float_max" in info["outputs"][0]
+    logits = np.load(tmp_path / "o" / "output_0.npy")
+    assert logits.dtype == np.float64 and logits.shape == (1, 10)
+    assert int(np.argmax(logits)) == int(np.load(DIGITS / "test_labels.npy")[0])
+
+
+@pytest.mark.parametrize("model, edit, family", [
+    ("digits_mlp", ["--calibrate", str(DIGITS / "test_labels.npy")], "input"),     # labels: wrong shape
+    ("digits_mlp", ["--bits", "9"], "invalid"),
+    ("digits_cnn", ["--input-shape", "nope=1,64"], "invalid"),
+])
+def test_import_errors_are_one_line_and_write_nothing(capsys, tmp_path, model, edit, family):
+    out = tmp_path / "never.cvm"
+    argv = import_argv(model, out)
+    if edit[0] == "--calibrate":
+        argv[argv.index("--calibrate") + 1] = edit[1]
+    else:
+        argv += edit
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == EXIT_CODES[family]
+    assert err.count("\n") == 1 and err.startswith("cvmvm: error ")
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_unsupported_op_exit_code(capsys, tmp_path):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Tanh", ["x"], ["y"], name="squash")], "t",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    (tmp_path / "m.onnx").write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                                      .SerializeToString())
+    np.save(tmp_path / "c.npy", np.ones((2, 4), dtype=np.float32))
+    code = main(["import-onnx", str(tmp_path / "m.onnx"), "--calibrate", str(tmp_path / "c.npy"),
+                 "-o", str(tmp_path / "m.cvm")])
+    err = capsys.readouterr().err
+    assert code == EXIT_CODES["invalid"] and "invalid.onnx_op" in err and "'squash'" in err
+    assert not (tmp_path / "m.cvm").exists()
+
+
+def test_missing_output_directory_fails_before_calibrating(capsys, tmp_path):
+    code = main(import_argv("digits_mlp", tmp_path / "no" / "such" / "m.cvm"))
+    assert code == EXIT_CODES["input"] and "input.file" in capsys.readouterr().err
+
+
+def test_malformed_onnx_file(capsys, tmp_path):
+    (tmp_path / "bad.onnx").write_bytes(b"\x08\x07not a model")
+    code = main(["import-onnx", str(tmp_path / "bad.onnx"), "--calibrate", str(DIGITS / "calibration.npy"),
+                 "-o", str(tmp_path / "m.cvm")])
+    assert code == EXIT_CODES["malformed"] and "malformed.onnx" in capsys.readouterr().err
+
+
+def test_without_the_onnx_extra(tmp_path):
+    """cvmvm itself imports and runs without onnx; import-onnx says what to install, in one line, exit 2."""
+    script = ("import sys; sys.modules['onnx'] = None\n"
+              "import cvmvm\n"
+              "from cvmvm.cli.main import main\n"
+              f"sys.exit(main(['import-onnx', 'm.onnx', '--calibrate', 'c.npy', '-o', {str(tmp_path / 'm.cvm')!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == EXIT_USAGE
+    assert proc.stderr.count("\n") == 1 and "usage.missing_extra" in proc.stderr and "cvmvm[onnx]" in proc.stderr
+
+
+def test_convert_to_cortex_says_the_scales_are_dropped(capsys, tmp_path):
+    from dataclasses import replace
+
+    from serializer import native
+    from serializer.model import with_scales
+    from tests.test_native_scales import EXAMPLE
+    model = native.decode(EXAMPLE)
+    model = replace(model, inputs=(replace(model.inputs[0], name="data"),))   # a Cortex graph's one input
+    (tmp_path / "m.cvm").write_bytes(native.encode(with_scales(model, [0.5], [None])))
+    code = main(["convert", str(tmp_path / "m.cvm"), str(tmp_path / "g.json"), "--json"])
+    info = json.loads(capsys.readouterr().out)
+    assert code == 0 and info["dropped_scales"] is True
