@@ -24,7 +24,8 @@ from cvmvm.importer.graph import Graph, Node
 CHUNK = 256  # samples per float evaluation when the batch dimension is free
 
 
-def input_shapes(graph: Graph, batch: int | None, overrides: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+def input_shapes(graph: Graph, batch: int | None,
+                 overrides: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """Concrete shapes: a dynamic first dim becomes ``batch`` (default 1); any other dynamic dim needs an override."""
     names = [i.name for i in graph.inputs]
     for name in overrides:

@@ -44,14 +44,6 @@ def as_float(x: np.ndarray) -> np.ndarray:
 # -- fixed-order sums ----------------------------------------------------------------
 
 
-def dot_last(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """sum_k a[..., k] * b[..., k] over the last axis, k in order (broadcasting the rest)."""
-    acc = a[..., 0] * b[..., 0]
-    for k in range(1, a.shape[-1]):
-        acc = acc + a[..., k] * b[..., k]
-    return acc
-
-
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b for a (..., M, K) and b (..., K, N), each output a dot product over K in order."""
     acc = a[..., :, 0:1] * b[..., 0:1, :]

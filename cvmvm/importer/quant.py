@@ -95,10 +95,6 @@ class Rescale:
     precision: int
     error: float                          # bound on |result - exact|, in output steps, unsaturated
 
-    @property
-    def multiplier_precisions(self) -> tuple[int, ...]:
-        return tuple(min_precision(m) for m in self.multipliers)
-
 
 def _sum_precision(precisions: list[int], offset_precision: int | None) -> int:
     """The ISA's precision of a chain of broadcast_adds (max + 1 per add)."""
@@ -188,7 +184,7 @@ def _candidate(terms: list[Term], ms: list[np.ndarray], offset: np.ndarray | Non
         operand_precisions = [pre_precision]
         if s1:
             pre_error = np.abs(np.ldexp(ms[0], -s2)) * 0.5
-    products = [p if _all_ones(m) else p + min_precision(m) for p, m in zip(operand_precisions, m64)]
+    products = [p if np.all(m == 1) else p + min_precision(m) for p, m in zip(operand_precisions, m64)]
     if max(products) > MAX_PRECISION:
         return None
     total = _sum_precision(products, None if o is None else min_precision(o))
@@ -214,7 +210,3 @@ def _saturating_precision(m: np.ndarray, o: np.ndarray | None, precision: int, s
     # The offset's largest magnitude for every position: safe whatever shape it has.
     edge = (1 << (precision - 1 + s2)) + (0 if o is None else int(np.max(np.abs(o))))
     return bitlen(-(-edge // int(np.min(live)))) + 1
-
-
-def _all_ones(m: np.ndarray) -> bool:
-    return bool(np.all(m == 1))

@@ -28,26 +28,16 @@ from cvmvm.vm.execute import execute
 MEASURE_SAMPLES = 256  # without evaluation data, errors are measured on this many calibration samples
 
 
-class _Bar:
-    def __init__(self, bar: Any) -> None:
-        self.bar = bar
-
-    def update(self, n: int) -> None:
-        self.bar.update(n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def progress_bar(total: int, what: str, enabled: bool) -> _Bar | None:
-    """A tqdm bar on stderr when asked for and tqdm is installed (the onnx extra brings it); else none."""
+def progress_bar(total: int, what: str, enabled: bool) -> Any:
+    """A tqdm bar on stderr (its ``update(n)``, ``close()``) when asked for, stderr is a terminal and
+    tqdm is installed (the onnx extra brings it); else None."""
     if not enabled:
         return None
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    return _Bar(tqdm(total=total, desc=what, unit="sample", leave=False, disable=None))
+    return tqdm(total=total, desc=what, unit="sample", leave=False, disable=None)
 
 
 @dataclass(frozen=True)
@@ -168,7 +158,7 @@ def evaluate(graph: Graph, tail: Tail, lowering: Lowering, model: Model, calibra
     if eval_labels is not None and eval_data is None:
         raise InputError("eval", "labels were given without evaluation data")
     in_scales = program.model.input_scales
-    layer_ids = {model_id(lowering, x.value.ref): x for x in lowering.layers}
+    layer_ids = {lowering.builder.ids[x.value.ref]: x for x in lowering.layers}
     layer_err = {x.tensor: 0.0 for x in lowering.layers}
     beyond = {x.tensor: 0 for x in lowering.layers}
     totals = {x.tensor: 0 for x in lowering.layers}
@@ -247,10 +237,6 @@ def evaluate(graph: Graph, tail: Tail, lowering: Lowering, model: Model, calibra
         measured_on=measured_on, measured_samples=count,
         float_accuracy=float_acc, quantized_accuracy=quant_acc, agreement=agreement,
         evaluate_seconds=time.perf_counter() - started)
-
-
-def model_id(lowering: Lowering, ref: int) -> int:
-    return lowering.builder.ids[ref]
 
 
 def _output_report(lowering: Lowering, program: Any, k: int, name: str, measured: float) -> OutputReport:
