@@ -50,14 +50,15 @@ def load_model(path: str, params: str | None, ops_limit: int | None = None) -> M
     return load_cortex(data, blob, ops_limit=ops_limit)
 
 
-def parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+def parse_inputs(specs: Sequence[str], flag: str = "--input") -> dict[str, np.ndarray]:
+    """``NAME=FILE.npy`` arguments of ``flag``, each name once, read as arrays."""
     inputs: dict[str, np.ndarray] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
-            raise InputError("argument", f"--input {spec!r}: expected NAME=FILE.npy")
+            raise InputError("argument", f"{flag} {spec!r}: expected NAME=FILE.npy")
         if name in inputs:
-            raise InputError("argument", f"--input {name} given twice")
+            raise InputError("argument", f"{flag} {name} given twice")
         inputs[name] = files.read_npy(path)
     return inputs
 

@@ -9,24 +9,16 @@ import numpy as np
 
 from isa.errors import InputError
 from cvmvm import files
-from cvmvm.cli.common import EXIT_OK, Command, Reply, UsageError
+from cvmvm.cli.common import EXIT_OK, Command, Reply, UsageError, parse_inputs
 
 MISSING_EXTRA = "import-onnx needs the onnx extra: pip install 'cvmvm[onnx]'"
 
 
-def _named_arrays(specs: list[str], what: str) -> np.ndarray | dict[str, np.ndarray]:
+def _calibration(specs: list[str]) -> np.ndarray | dict[str, np.ndarray]:
     """``FILE.npy`` (a one-input model) or ``NAME=FILE.npy`` per input."""
     if len(specs) == 1 and "=" not in specs[0]:
         return files.read_npy(specs[0])
-    arrays: dict[str, np.ndarray] = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise InputError("argument", f"--{what} {spec!r}: expected FILE.npy, or NAME=FILE.npy per input")
-        if name in arrays:
-            raise InputError("argument", f"--{what} {name} given twice")
-        arrays[name] = files.read_npy(path)
-    return arrays
+    return parse_inputs(specs, "--calibrate")
 
 
 def _input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
@@ -51,7 +43,7 @@ def cmd_import_onnx(args: argparse.Namespace) -> Reply:
     out = Path(args.out)
     if not out.parent.is_dir():   # fail before calibrating, not after
         raise InputError("file", f"-o {args.out}: directory {out.parent} does not exist")
-    calibration = _named_arrays(args.calibrate, "calibrate")
+    calibration = _calibration(args.calibrate)
     eval_data = eval_labels = None
     if args.eval:
         eval_data, eval_labels = files.read_npy(args.eval[0]), files.read_npy(args.eval[1])

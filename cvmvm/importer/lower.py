@@ -531,11 +531,16 @@ def lower_matmul(ctx: Lowering, node: Node) -> None:
     dense(ctx, node, x, b.T, bias, out, nodes)
 
 
-def lower_add(ctx: Lowering, node: Node) -> None:
+def operands(ctx: Lowering, node: Node) -> tuple[QTensor, str]:
+    """A binary op's activation operand, and the other's name (a constant, if one of them is)."""
     a_name, b_name = node.inputs[:2]
     if a_name in ctx.constants:
         a_name, b_name = b_name, a_name
-    a = ctx.activation(node, a_name)
+    return ctx.activation(node, a_name), b_name
+
+
+def lower_add(ctx: Lowering, node: Node) -> None:
+    a, b_name = operands(ctx, node)
     if b_name in ctx.constants:
         ctx.rescaled(node, [(a.ref, np.array([a.scale]))], ctx.constants[b_name].astype(np.float64), a.error)
         return
@@ -544,10 +549,7 @@ def lower_add(ctx: Lowering, node: Node) -> None:
 
 
 def lower_mul(ctx: Lowering, node: Node) -> None:
-    a_name, b_name = node.inputs[:2]
-    if a_name in ctx.constants:
-        a_name, b_name = b_name, a_name
-    a = ctx.activation(node, a_name)
+    a, b_name = operands(ctx, node)
     if b_name in ctx.constants:
         c = ctx.constants[b_name].astype(np.float64)
         ctx.rescaled(node, [(a.ref, a.scale * c)], None, float(np.max(np.abs(c))) * a.error)
