@@ -413,12 +413,15 @@ def test_precision_beyond_32_bits_is_named():
     assert code == "invalid.precision" and "'wide'" in message
 
 
-def test_bias_beyond_32_bits_is_named():
+def test_a_bias_too_large_for_the_accumulator_becomes_an_offset():
+    """Weights 1e-9 of the bias: at the accumulator's scale the bias needs more than 31 bits, so it is
+    added after the rescale, at the output's scale, and the result is still within its bound."""
     nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="tiny", transB=1)]
     source = make(nodes, [value("x", [1, 4])], [out("y", 2)],
-                  [const("w", np.full((2, 4), 1e-30)), const("b", [1.0, -1.0])])
-    code, message = code_of(lambda: import_onnx(source, det("x4", (1, 4))))
-    assert code == "invalid.precision" and "'tiny'" in message
+                  [const("w", det("tw", (2, 4)) * np.float32(1e-9)), const("b", [1.0, -1.0])])
+    result = check_against_reference(source, det("x4", (1, 4)))
+    (dense,) = [s for s in result.model.program.steps if s.op.name == "dense"]
+    assert not dense.attrs.use_bias
 
 
 def test_pad_that_does_not_feed_a_conv_is_named():
@@ -460,3 +463,43 @@ def test_clip_inside_the_range_becomes_integer_bounds(opset):
     (step,) = [s for s in result.model.program.steps if s.op.name == "clip"]
     scale = result.model.program.model.scales.inputs[0]
     assert (step.attrs.a_min, step.attrs.a_max) == (round(-0.2 / scale), round(0.5 / scale))
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(derandomize=True, max_examples=30, deadline=None)
+@given(st.data())
+def test_random_convolutions_stay_within_their_bound(data):
+    """Conv (random geometry, weights of random magnitudes per channel) -> BatchNorm? -> Relu?: the imported
+    program verifies and its outputs lie within the reported bound of onnx.reference, on the calibration data."""
+    d = data.draw
+    one_d = d(st.booleans())
+    groups = d(st.sampled_from([1, 2]))
+    c, oc = groups * d(st.integers(1, 3)), groups * d(st.integers(1, 3))
+    k = d(st.integers(1, 3))
+    kernel = [k] if one_d else [k, d(st.integers(1, 3))]
+    stride = [d(st.integers(1, 2)) for _ in kernel]
+    dil = [d(st.integers(1, 2)) for _ in kernel]
+    pad = [d(st.integers(0, 2)) for _ in kernel]
+    spatial = [d(st.integers(max(5, (kk - 1) * dd + 1), 8)) for kk, dd in zip(kernel, dil)]
+    label = f"{one_d}{groups}{c}{oc}{kernel}{stride}{dil}{pad}{spatial}"
+    x = det("x" + label, (3, c, *spatial)) * np.float32(d(st.sampled_from([0.01, 1.0, 50.0])))
+    w = det("w" + label, (oc, c // groups, *kernel)) * \
+        np.array([d(st.sampled_from([1e-3, 0.1, 1.0, 30.0])) for _ in range(oc)], dtype=np.float32).reshape(
+            (oc,) + (1,) * (len(kernel) + 1))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=kernel, strides=stride,
+                              dilations=dil, pads=pad + pad, group=groups)]
+    out = "c"
+    inits = [const("w", w), const("b", det("b" + label, (oc,)))]
+    if d(st.booleans()):
+        nodes.append(helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["bn"], name="bn"))
+        inits += [const("s", det("s" + label, (oc,)) + 1.5), const("bb", det("bb" + label, (oc,))),
+                  const("m", det("m" + label, (oc,))), const("v", np.abs(det("v" + label, (oc,))) + 0.5)]
+        out = "bn"
+    if d(st.booleans()):
+        nodes.append(helper.make_node("Relu", [out], ["r"], name="relu"))
+        out = "r"
+    source = make(nodes, [value("x", [3, c, *spatial])], [globals()["out"](out, 2 + len(kernel))], inits, opset=15)
+    check_against_reference(source, x)

@@ -25,7 +25,7 @@ from isa.attrs import parse_attrs
 from isa.errors import InvalidError, Rejected
 from isa.spec import int32_only
 from isa.table import OP_BY_NAME
-from isa.types import MAX_PRECISION, TensorType, precision_bound, round_half_away
+from isa.types import MAX_PRECISION, TensorType, bitlen, precision_bound, round_half_away
 from serializer.model import Input, Instr, Model, Param
 from cvmvm.importer import floateval as fe
 from cvmvm.importer.graph import STANDARD_DOMAINS, Graph, Node
@@ -378,31 +378,32 @@ class Lowering:
 def weighted(ctx: Lowering, node: Node, x: QTensor, w: np.ndarray, b: np.ndarray | None,
              core: Callable[[int, int, int | None], int], channels: tuple[int, ...], out: str,
              nodes: list[Node]) -> QTensor:
-    """Quantize w per output channel (axis 0) and b at the accumulator's scale, emit the GEMM ``core``
-    (weight, data, bias refs -> accumulator), and rescale it per channel onto the output's range.
+    """Quantize w per output channel (axis 0), emit the GEMM ``core`` (weight, data, bias refs ->
+    accumulator), and rescale it per channel onto the output's range.
 
-    Error per channel: sum |w_q| * x.error + sum |w_q - w| * max |x| + |b_q - b| + the rescale's.
+    The bias goes into the GEMM at the accumulator's scale when the accumulator still fits 32 bits;
+    a bias that large next to its weights (the sum then hardly matters) goes into the rescale as an
+    offset at the output's scale instead.  Error per channel: sum |w_q| * x.error
+    + sum |w_q - w| * max |x| + the bias's rounding + the rescale's.
     """
     final, chain = ctx.activation_chain(out)
     w_q, w_scale = quantize_weights(w, ctx.options.weight_bits)
     acc_scale = x.scale * w_scale
-    b_ref = None
-    b_error = np.zeros_like(acc_scale)
-    if b is not None:
-        b_q = quantize_values(b, acc_scale)
-        if b_q is None:
-            raise InvalidError("precision", f"{node.label}: the bias needs more than 31 bits at the scale of "
-                                            f"input x weights ({float(np.min(acc_scale)):.3g})")
-        b_ref = ctx.param(node, "bias", b_q)
-        b_error = np.abs(b_q * acc_scale - b)
-    acc = core(ctx.param(node, "weight", w_q), x.ref, b_ref)
+    terms = w.size // w.shape[0]
+    product = x.precision + min_precision(w_q) + bitlen(terms)   # conv2d's and dense's precision rule
+    b_q = None if b is None else quantize_values(b, acc_scale)
+    in_gemm = b_q is not None and max(product, min_precision(b_q)) + 1 <= MAX_PRECISION
+    acc = core(ctx.param(node, "weight", w_q), x.ref, ctx.param(node, "bias", b_q) if in_gemm else None)
     scale, precision = ctx.target(final)
-    plan = plan_rescale([Term(ctx.precision(acc), (acc_scale / scale).reshape(channels))], None, precision,
+    offset = None if b is None or in_gemm else (b / scale).reshape(channels)
+    plan = plan_rescale([Term(ctx.precision(acc), (acc_scale / scale).reshape(channels))], offset, precision,
                         node.label)
     ref, widest = ctx.rescale(node, [acc], plan, [channels])
     w_deq = w_q * w_scale.reshape((-1,) + (1,) * (w.ndim - 1))
     per_channel = (fe.tree_sum(np.abs(w_deq).reshape(w.shape[0], -1), 1) * x.error
-                   + fe.tree_sum(np.abs(w_deq - w).reshape(w.shape[0], -1), 1) * x.peak + b_error)
+                   + fe.tree_sum(np.abs(w_deq - w).reshape(w.shape[0], -1), 1) * x.peak)
+    if in_gemm:
+        per_channel = per_channel + np.abs(b_q * acc_scale - b)
     q = QTensor(ref, scale, precision, ctx.shape(ref), float(np.max(per_channel)) + scale * plan.error,
                 ctx.peaks[out])
     return ctx.finish_point(final, nodes, chain, q, max(widest, ctx.precision(acc)))
