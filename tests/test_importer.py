@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -465,10 +467,6 @@ def test_clip_inside_the_range_becomes_integer_bounds(opset):
     assert (step.attrs.a_min, step.attrs.a_max) == (round(-0.2 / scale), round(0.5 / scale))
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-
 @settings(derandomize=True, max_examples=30, deadline=None)
 @given(st.data())
 def test_random_convolutions_stay_within_their_bound(data):
@@ -503,3 +501,42 @@ def test_random_convolutions_stay_within_their_bound(data):
         out = "r"
     source = make(nodes, [value("x", [3, c, *spatial])], [globals()["out"](out, 2 + len(kernel))], inits, opset=15)
     check_against_reference(source, x)
+
+
+@settings(derandomize=True, max_examples=30, deadline=None)
+@given(st.data())
+def test_random_elementwise_chains_stay_within_their_bound(data):
+    """Chains of Add, Mul (with activations or constants of random magnitude and shape), pools, Concat
+    (then a 1x1 Conv) and Clip: the program verifies and stays within the reported bound of onnx.reference."""
+    d = data.draw
+    label = str(d(st.integers(0, 10 ** 6)))
+    x = det("ex" + label, (2, 3, 4, 4)) * np.float32(d(st.sampled_from([0.01, 1.0, 100.0])))
+    nodes, inits, cur = [], [], "x"
+    for k in range(d(st.integers(1, 4))):
+        op = d(st.sampled_from(["add_c", "mul_c", "add_x", "mul_x", "avg", "max", "concat", "clip"]))
+        nxt = f"t{k}"
+        if op in ("add_c", "mul_c"):
+            shape = d(st.sampled_from([(1,), (3, 1, 1), (4,), (1, 3, 4, 4)]))
+            c = det(f"c{k}" + label, shape) * np.float32(d(st.sampled_from([0.001, 1.0, 1000.0])))
+            inits.append(const(f"c{k}", c))
+            nodes.append(helper.make_node("Add" if op == "add_c" else "Mul", [cur, f"c{k}"], [nxt], name=f"n{k}"))
+        elif op in ("add_x", "mul_x"):
+            nodes.append(helper.make_node("Add" if op == "add_x" else "Mul", [cur, "x"], [nxt], name=f"n{k}"))
+        elif op == "avg":
+            nodes.append(helper.make_node("AveragePool", [cur], [nxt], name=f"n{k}", kernel_shape=[3, 3],
+                                          pads=[1, 1, 1, 1], count_include_pad=d(st.integers(0, 1))))
+        elif op == "max":
+            nodes.append(helper.make_node("MaxPool", [cur], [nxt], name=f"n{k}", kernel_shape=[2, 2], pads=[1, 1, 1, 1],
+                                          strides=[1, 1]))
+            nodes.append(helper.make_node("AveragePool", [nxt], [nxt + "s"], name=f"n{k}s", kernel_shape=[2, 2]))
+            nxt += "s"
+        elif op == "concat":
+            nodes.append(helper.make_node("Concat", [cur, "x"], [nxt + "c"], name=f"n{k}", axis=1))
+            nodes.append(helper.make_node("Conv", [nxt + "c", f"w{k}"], [nxt], name=f"n{k}w", kernel_shape=[1, 1]))
+            inits.append(const(f"w{k}", det(f"w{k}" + label, (3, 6, 1, 1))))
+        else:
+            nodes.append(helper.make_node("Clip", [cur, f"lo{k}", f"hi{k}"], [nxt], name=f"n{k}"))
+            inits += [const(f"lo{k}", -0.3), const(f"hi{k}", 0.7)]
+        cur = nxt
+    nodes.append(helper.make_node("Identity", [cur], ["y"], name="out"))
+    check_against_reference(make(nodes, [value("x", [2, 3, 4, 4])], [out("y", 4)], inits), x)
