@@ -1,3 +1,4 @@
+# Over 400 lines: a test file, one case per rule.
 """The ONNX importer: the op subset, the classifier tail, determinism, error bounds, and bad input.
 
 Float references come from ``onnx.reference`` (tests only) and, for the

@@ -8,7 +8,7 @@
 graph.py (ONNX -> nodes and constants, the classifier tail), floateval.py (the
 float reference in a fixed order), calibrate.py (shapes, folding, ranges),
 quant.py (scales, weights, integer rescaling plans), lower.py (ONNX ops ->
-CVM instructions), report.py (float vs quantized), api.py (the pipeline).
+CVM instructions), program.py (the program being built), report.py (float vs quantized), api.py (the pipeline).
 
 May import isa, serializer, cvmvm.files and cvmvm.vm; never cvmvm.tx or cvmvm.cli.
 """

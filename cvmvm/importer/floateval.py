@@ -1,3 +1,4 @@
+# Over 400 lines: one small function per ONNX op of the subset (and the constant folders), with their one table.
 """The float reference: the ONNX subset evaluated in float64, in a fixed order.
 
 Calibration statistics decide every integer of an imported model, so the
