@@ -541,3 +541,49 @@ def test_random_elementwise_chains_stay_within_their_bound(data):
         cur = nxt
     nodes.append(helper.make_node("Identity", [cur], ["y"], name="out"))
     check_against_reference(make(nodes, [value("x", [2, 3, 4, 4])], [out("y", 4)], inits), x)
+
+
+def test_corrupted_models_fail_with_a_code_or_import():
+    """Bytes changed, dropped or inserted anywhere in a model: a CvmError (one line) or a model, never another
+    exception (a name that is not UTF-8, a perm out of range, ...)."""
+    import hashlib
+    source = (FIXTURES / "digits_cnn.onnx").read_bytes()
+    calibration = digits()[0][:8]
+    seen = set()
+    for i in range(120):
+        h = hashlib.shake_256(f"corrupt/{i}".encode()).digest(32)
+        b = bytearray(source)
+        for k in range(1 + h[0] % 3):
+            pos = int.from_bytes(h[1 + 4 * k:4 + 4 * k], "little") % len(b)
+            kind = h[20 + k] % 3
+            if kind == 0:
+                b[pos] = h[25 + k]
+            elif kind == 1:
+                del b[pos]
+            else:
+                b.insert(pos, h[25 + k])
+        try:
+            import_onnx(bytes(b), calibration)
+            seen.add("ok")
+        except CvmError as e:
+            assert "\n" not in e.message
+            seen.add(e.code)
+    assert {"ok", "malformed.onnx"} <= seen
+
+
+def test_a_name_that_is_not_utf8_is_malformed():
+    proto = onnx.load_from_string((FIXTURES / "digits_mlp.onnx").read_bytes())
+    data = proto.SerializeToString().replace(b"MatMul1", b"MatMul\xff")
+    assert code_of(lambda: import_onnx(data, digits()[0]))[0] == "malformed.onnx"
+
+
+def test_a_transpose_perm_out_of_range_is_named():
+    nodes = [helper.make_node("Transpose", ["x"], ["y"], name="flip", perm=[0, 5])]
+    source = make(nodes, [value("x", [1, 4])], [out("y", 2)])
+    try:   # whether the checker looks at perm depends on the onnx version; either way, one clear code
+        onnx.checker.check_model(onnx.load_from_string(source))
+        want = "invalid.onnx_attr"
+    except onnx.checker.ValidationError:
+        want = "malformed.onnx"
+    code, message = code_of(lambda: import_onnx(source, det("t", (1, 4))))
+    assert code == want and ("'flip'" in message or want == "malformed.onnx")

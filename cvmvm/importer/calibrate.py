@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from isa.errors import InputError, InvalidError
-from isa.types import MAX_DIM, MAX_RANK
+from isa.types import MAX_DIM, MAX_RANK, check_shape
 from cvmvm.importer.floateval import Evaluator
 from cvmvm.importer.graph import Graph, Node
 
@@ -56,6 +56,7 @@ def input_shapes(graph: Graph, batch: int | None,
         if not 1 <= len(shape) <= MAX_RANK or min(shape) < 1 or max(shape) > MAX_DIM:
             raise InvalidError("onnx_shape", f"input {i.name!r}: shape {list(shape)} must have 1 to {MAX_RANK} "
                                              f"dims in [1, 2^24]")
+        check_shape(tuple(shape), f"input {i.name!r}")   # at most 2^30 elements, as every CVM tensor
         shapes[i.name] = tuple(int(d) for d in shape)
     return shapes
 

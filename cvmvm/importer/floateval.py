@@ -469,6 +469,12 @@ class Evaluator:
                 results = fn(node, args, self.graph.opset)
             except Rejected as e:
                 raise unsupported(node, str(e)) from None
+            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError) as e:
+                # Attributes and shapes the checks above do not cover (a perm out of range, operands
+                # that do not broadcast): numpy says what is wrong, and the node is named.
+                raise InvalidError("onnx_attr", f"{node.label}: does not evaluate on inputs of shapes "
+                                                f"{[None if a is None else list(a.shape) for a in args]}: "
+                                                f"{type(e).__name__}: {e}") from None
             for t, v in zip(node.outputs, results):
                 if t:
                     env[t] = v

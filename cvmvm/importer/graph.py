@@ -91,22 +91,31 @@ def parse(data: bytes, where: str = "model") -> Graph:
         raise MalformedError("onnx", f"{where}: no graph, or a graph without nodes")
     try:
         onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as e:
+    except Exception as e:  # ValidationError, and what the checker meets first (a string that is not UTF-8)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MalformedError("onnx", f"{where}: {first}") from None
     g = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in STANDARD_DOMAINS), 0)
     constants: dict[str, np.ndarray] = {}
     for t in g.initializer:
+        name = _text(t.name, f"{where}: an initializer name")
         if t.data_location == onnx.TensorProto.EXTERNAL:
-            raise MalformedError("onnx", f"{where}: initializer {t.name!r} keeps its data in an external file")
-        constants[t.name] = numpy_helper.to_array(t)
-    inputs = tuple(_graph_input(v) for v in g.input if v.name not in constants)
+            raise MalformedError("onnx", f"{where}: initializer {name!r} keeps its data in an external file")
+        try:
+            constants[name] = numpy_helper.to_array(t)
+        except Exception as e:  # a data type numpy has no form for, or data of the wrong length
+            raise MalformedError("onnx", f"{where}: initializer {name!r}: {type(e).__name__}: {e}") from None
+    inputs = tuple(_graph_input(v) for v in g.input if _text(v.name, f"{where}: an input name") not in constants)
     defined = set(constants) | {i.name for i in inputs}
     nodes = []
     for k, n in enumerate(g.node):
-        node = Node(k, n.name, n.op_type, n.domain, tuple(n.input), tuple(n.output),
-                    {a.name: _attr_value(a) for a in n.attribute})
+        at = f"{where}: node #{k}"
+        try:
+            attrs = {_text(a.name, at): _attr_value(a) for a in n.attribute}
+        except ValueError as e:
+            raise MalformedError("onnx", f"{at}: {e}") from None
+        node = Node(k, _text(n.name, at), _text(n.op_type, at), _text(n.domain, at),
+                    tuple(_text(t, at) for t in n.input), tuple(_text(t, at) for t in n.output), attrs)
         for t in node.inputs:
             if t and t not in defined:
                 raise MalformedError("onnx", f"{node.label} reads {t!r}, which no earlier node, input or "
@@ -117,11 +126,18 @@ def parse(data: bytes, where: str = "model") -> Graph:
             if t:
                 defined.add(t)
         nodes.append(node)
-    outputs = tuple(o.name for o in g.output)
+    outputs = tuple(_text(o.name, f"{where}: an output name") for o in g.output)
     for t in outputs:
         if t not in defined:
             raise MalformedError("onnx", f"{where}: graph output {t!r} is defined nowhere")
     return Graph(tuple(nodes), constants, inputs, outputs, opset)
+
+
+def _text(value: str | bytes, where: str) -> str:
+    """A protobuf string field: the checker passes some that are not UTF-8, which then arrive as bytes."""
+    if isinstance(value, str):
+        return value
+    raise MalformedError("onnx", f"{where}: a name or string that is not UTF-8 ({bytes(value)[:32]!r})")
 
 
 def _graph_input(v: onnx.ValueInfoProto) -> GraphInput:
