@@ -3,8 +3,9 @@
 
 Each ONNX tensor becomes one of: a quantized tensor (integers q meaning
 q * scale, a CVM tensor of known precision, with a bound on its error against
-the float model), a constant (folded at import), or a raw integer tensor
-(MaxPool indices).  One function per ONNX op, in ``LOWER``; a Conv or Gemm
+the float model), a constant (an initializer or folded at import: in
+``Lowering.constants``), a raw integer tensor (MaxPool indices), or a zero Pad
+waiting for its Conv.  One function per ONNX op, in ``LOWER``; a Conv or Gemm
 takes a following BatchNormalization and Relu/Clip with it, so the
 requantization lands on the activation's range.
 
@@ -67,11 +68,6 @@ class Raw:
 
 
 @dataclass(frozen=True)
-class Const:
-    value: np.ndarray
-
-
-@dataclass(frozen=True)
 class PendingPad:
     """A zero Pad on spatial axes, waiting to be folded into the Conv that reads it."""
 
@@ -81,7 +77,7 @@ class PendingPad:
     ends: tuple[int, ...]
 
 
-Value = QTensor | Raw | Const | PendingPad
+Value = QTensor | Raw | PendingPad
 
 
 @dataclass(frozen=True)
@@ -249,18 +245,18 @@ class Lowering:
         return q
 
     def rescaled(self, node: Node, terms: list[tuple[int, np.ndarray]], offset: np.ndarray | None,
-                 input_error: float, nodes: list[Node] | None = None, out: str | None = None) -> QTensor:
-        """round(sum_i x_i * ratio_i + offset) onto the range of the output (after its fused activations);
-        ratios and offset are in float units per step of x_i and float units."""
-        final, chain = self.activation_chain(out or node.outputs[0])
+                 input_error: float) -> QTensor:
+        """round(sum_i x_i * ratio_i + offset) onto the range of the node's output (after its fused
+        activations); ratios and offset are in float units per step of x_i and float units."""
+        final, chain = self.activation_chain(node.outputs[0])
         scale, precision = self.target(final)
         plan = plan_rescale([Term(self.precision(r), np.asarray(ratio, dtype=np.float64) / scale)
                              for r, ratio in terms],
                             None if offset is None else offset / scale, precision, node.label)
         ref, widest = self.rescale(node, [r for r, _ in terms], plan, [np.shape(ratio) for _, ratio in terms])
         q = QTensor(ref, scale, precision, self.shape(ref), input_error + scale * plan.error,
-                    self.peaks[out or node.outputs[0]])
-        return self.finish_point(final, nodes or [node], chain, q, widest)
+                    self.peaks[node.outputs[0]])
+        return self.finish_point(final, [node], chain, q, widest)
 
     # -- the whole graph
 
