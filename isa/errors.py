@@ -4,7 +4,13 @@ Failure is part of the specification: every rejection carries a stable code
 ``<family>.<reason>`` that tests and callers match on; messages are for humans
 and may change.  One family per phase, as in the WebAssembly reference
 interpreter: bytes and structure (malformed), ISA rules (invalid), runtime
-inputs (input), budgets (limit), and VM bugs (internal).
+inputs (input), budgets (limit), and VM bugs (internal); and one for the
+caller's own mistakes before any of those phases (usage: a bad command line or
+a bad argument to a Python call).
+
+``CODES`` lists every code with its meaning; docs/ERRORS.md is checked against
+it, and tests/test_error_codes.py checks that every code the source raises is
+listed there.
 """
 
 from __future__ import annotations
@@ -58,7 +64,64 @@ class InternalError(CvmError):
     family = "internal"
 
 
-FAMILIES: tuple[type[CvmError], ...] = (MalformedError, InvalidError, InputError, LimitError, InternalError)
+class UsageError(CvmError):
+    """The caller's mistake: a bad command line, options that do not go together, an argument
+    of the wrong kind to a Python call.  Nothing was read or run yet."""
+
+    family = "usage"
+
+
+FAMILIES: tuple[type[CvmError], ...] = (UsageError, MalformedError, InvalidError, InputError, LimitError,
+                                        InternalError)
+
+# Every code cvmvm raises, family by family, with what it means.
+CODES: dict[str, str] = {
+    "usage.command": "no command, or an unknown one",
+    "usage.argument": "a bad option or argument: unknown, missing, malformed, out of range, or of the wrong type",
+    "usage.conflict": "options that do not go together (--sign without --receipt, --params with a native model, ...)",
+    "malformed.kind": "a file of another kind than the command reads (a receipt given as a model, ...)",
+    "malformed.native": "a native model (.cvm) that does not decode",
+    "malformed.noncanonical": "a msgpack record that decodes but is not its canonical encoding",
+    "malformed.graph_json": "a Cortex graph JSON that does not parse or has the wrong structure",
+    "malformed.attr": "a Cortex op_attrs string that does not parse",
+    "malformed.params": "a Cortex params binary that does not decode",
+    "malformed.npy": "a .npy file that does not decode (or holds objects)",
+    "malformed.receipt": "a receipt that does not decode",
+    "malformed.txs": "a transaction file that does not decode",
+    "malformed.step_proof": "a step proof that does not decode",
+    "malformed.trace": "a trace file that does not decode, or whose root is not the root of its entries",
+    "malformed.key": "a key file that is not an Ed25519 key (PEM or raw 32 bytes)",
+    "malformed.store_hash": "a store file name that is not a model hash",
+    "invalid.attr": "an attribute outside its domain",
+    "invalid.shape": "a shape rule does not hold",
+    "invalid.precision": "a precision outside [1, 32], or a precision rule does not hold",
+    "invalid.dtype": "an unknown dtype, or one the op does not take",
+    "invalid.arity": "an op given the wrong number of inputs or outputs",
+    "invalid.graph": "graph structure: topology, names, storage, heads, a variable without a value",
+    "invalid.op": "an unknown op",
+    "invalid.param": "a param value outside its precision",
+    "input.name": "an input the model does not take, or one it takes missing",
+    "input.shape": "an input of the wrong shape",
+    "input.dtype": "an input of the wrong dtype (or not an array)",
+    "input.value": "run_op: an input value that does not fit int32, or its given precision",
+    "input.precision": "run_op: a precision list that does not match the inputs",
+    "input.file": "a file that cannot be read",
+    "input.step": "prove-step: a step that is not an instruction of the model",
+    "input.unknown_model": "a model hash the store does not hold",
+    "limit.rank": "a tensor of more than 6 dimensions",
+    "limit.dim": "a dimension outside [1, 2^24]",
+    "limit.size": "a tensor of more than 2^30 elements",
+    "limit.ops": "a model's cost over the ISA's limit or the caller's --ops-limit",
+    "limit.bytes": "a file or record over its byte budget",
+    "internal.precision": "a kernel produced a value outside its inferred precision (a VM bug)",
+    "internal.shape": "a kernel produced the wrong shape (a VM bug)",
+    "internal.dtype": "a kernel produced the wrong dtype (a VM bug)",
+    "internal.arity": "a kernel produced the wrong number of outputs (a VM bug)",
+    "internal.attrs": "an instruction whose attribute record is not its op's (a VM bug)",
+    "internal.param": "a param whose value does not match its type (a VM bug)",
+    "internal.trace": "a traced run that did not hash every tensor (a VM bug)",
+    "internal.bug": "any other exception: a VM bug (the command line reports it, never a traceback)",
+}
 
 
 class Rejected(Exception):
