@@ -196,12 +196,16 @@ def scan(data: bytes, reader: Reader) -> None:
     while pending:
         if pos >= end:
             raise reader.fail(f"truncated: {pending} more values expected at byte {pos}")
+        start = pos
         b = data[pos]
         pos += 1
         pending -= 1
         if b <= 0x7f or b >= 0xe0 or b in (0xc0, 0xc2, 0xc3):
             continue
         if b in _FIXED:
+            if pos + _FIXED[b] > end:
+                raise reader.fail(f"truncated: the integer at byte {start} needs {_FIXED[b]} more bytes; "
+                                  f"the data ends at byte {end}")
             pos += _FIXED[b]
             continue
         if 0x80 <= b <= 0x8f:
@@ -233,11 +237,12 @@ def scan(data: bytes, reader: Reader) -> None:
         else:
             if kind == "str" and n > MAX_NAME:
                 raise reader.fail(f"string of {n} bytes exceeds {MAX_NAME}")
+            if pos + n > end:
+                raise reader.fail(f"truncated: the {kind} at byte {start} holds {n} bytes, but only {end - pos} "
+                                  f"follow before the data ends at byte {end}")
             pos += n
         if pos + pending > end:
             raise reader.fail(f"truncated: {pending} more values expected after byte {pos} of {end}")
-    if pos > end:
-        raise reader.fail("truncated: the last value runs past the end")
     if pos != end:
         raise reader.fail(f"{end - pos} trailing bytes after the value")
 

@@ -1,8 +1,10 @@
-"""The trace file (docs/FORMAT.md section 3): a run's every tensor hash as JSON, self-describing
+"""The trace file (docs/FORMAT.md section 5): a run's every tensor hash as JSON, self-describing
 enough to name the op at a disagreement without the model.
 
 Written by cvmvm.vm.trace.trace_to_json (through ``entry_to_json`` and
-``trace_doc``) and ``trace_bytes``; read back by ``load_trace``, which checks
+``trace_doc``) and ``trace_bytes`` (one JSON document) or ``trace_lines``
+(JSON lines: a header, then one entry per line, so line-based diff tools work
+on two traces); read back, in either form, by ``load_trace``, which checks
 every entry and recomputes the root from them.
 """
 
@@ -18,7 +20,8 @@ from isa.errors import MalformedError
 from isa.types import TensorType
 from serializer.hashing import HASH_SIZE, KIND_NAMES, TraceEntry, leaf_hash, merkle_root, trace_root
 
-TRACE_FORMAT = "cvmvm-trace/1"
+TRACE_VERSION = 1
+TRACE_FORMAT = f"cvmvm-trace/{TRACE_VERSION}"
 _INSTR = KIND_NAMES.index("instr")
 
 
@@ -42,15 +45,44 @@ def trace_doc(model_hash: bytes, root: bytes, rows: list[dict[str, Any]]) -> dic
     return {"format": TRACE_FORMAT, "model_hash": model_hash.hex(), "root": root.hex(), "entries": rows}
 
 
+def _line(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def trace_bytes(doc: dict[str, Any]) -> bytes:
-    return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
+    return (_line(doc) + "\n").encode("utf-8")
+
+
+def trace_lines(doc: dict[str, Any]) -> bytes:
+    """JSON lines: the document without its entries, then each entry on its own line."""
+    header = {k: v for k, v in doc.items() if k != "entries"}
+    return "".join(_line(row) + "\n" for row in [header, *doc["entries"]]).encode("utf-8")
+
+
+def _from_lines(data: bytes, what: str) -> Any:
+    """A JSON-lines trace as the document it spells (None when its first line is no header)."""
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    rows = []
+    for k, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise MalformedError("trace", f"{what}: line {k + 1} is not JSON ({e})") from None
+    if not rows or type(rows[0]) is not dict or "entries" in rows[0]:
+        return None
+    return {**rows[0], "entries": rows[1:]}
 
 
 def read_trace(data: bytes, what: str) -> dict[str, Any]:
+    """The trace document of a trace file in either form."""
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
-        raise MalformedError("trace", f"{what}: not JSON ({e})") from None
+        doc = _from_lines(data, what)
+        if doc is None:
+            raise MalformedError("trace", f"{what}: not JSON ({e})") from None
     if type(doc) is not dict or doc.get("format") != TRACE_FORMAT or type(doc.get("entries")) is not list:
         raise MalformedError("trace", f"{what}: not a {TRACE_FORMAT} file")
     return doc
