@@ -7,6 +7,9 @@ one way: files <- vm <- tx <- cli, all above isa and serializer.
 """
 
 import os
+from typing import Any
+
+__version__ = "0.1.0"  # the one place the package version is written; pyproject.toml reads it
 
 # After a GEMM, OpenBLAS's worker threads spin for a long while on their cores,
 # exactly when the trace's hashing thread wants one: a traced run on 2 cores
@@ -15,8 +18,16 @@ import os
 # is imported before numpy; it changes timing only, never a value.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from isa.errors import CvmError, InputError, InternalError, InvalidError, LimitError, MalformedError  # noqa: E402
-from cvmvm.vm.api import Limits, Model, Result, load, load_cortex, run_op  # noqa: E402
+from isa.errors import (CvmError, InputError, InternalError, InvalidError, LimitError, MalformedError,  # noqa: E402
+                        UsageError)
+from serializer import kinds  # noqa: E402
+from cvmvm.vm.api import Clipping, Limits, Model, Result, load, load_cortex, run_op  # noqa: E402
 
-__all__ = ["CvmError", "MalformedError", "InvalidError", "InputError", "LimitError", "InternalError",
-           "Limits", "Model", "Result", "load", "load_cortex", "run_op"]
+
+def versions() -> dict[str, Any]:
+    """The package version, the ISA version and every file format's version."""
+    return {"cvmvm": __version__, **kinds.versions()}
+
+
+__all__ = ["__version__", "versions", "CvmError", "UsageError", "MalformedError", "InvalidError", "InputError",
+           "LimitError", "InternalError", "Clipping", "Limits", "Model", "Result", "load", "load_cortex", "run_op"]

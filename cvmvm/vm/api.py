@@ -1,41 +1,75 @@
-"""The public Python interface: load, verify, run."""
+"""The public Python interface: load a model, verify it, run it (once, or many input sets batched)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
 from isa.attrs import parse_attrs
-from isa.errors import InputError, InvalidError
+from isa.errors import CvmError, InputError, InvalidError, UsageError
 from isa.table import OP_BY_NAME
-from isa.types import INT32, TensorType, bitlen, vm_dtype
-from serializer import cortex, native
+from isa.types import INT32, MAX_DIM, TensorType, bitlen, vm_dtype
+from serializer import cortex, kinds, native
 from serializer.hashing import outputs_hash, tensor_hash
+from serializer.limits import MAX_PARAMS_BYTES
 from cvmvm import files
-from cvmvm.vm.execute import execute
-from cvmvm.vm.trace import Trace, Tracer
+from cvmvm.vm.batching import Batch
+from cvmvm.vm.execute import Clipping, TensorObserver, execute, peak_bytes, prepare_inputs
+from cvmvm.vm.trace import Trace, Tracer, build_trace, tensor_name
 from cvmvm.vm.verify import Limits, Program, verify, verify_instruction
 
+# A file: its path, or its bytes.
+Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
+# One run's inputs: input name -> array.
+Feeds = Mapping[str, np.ndarray]
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class Result:
-    outputs: list[np.ndarray]
+    """One run: the outputs, what they hash to, what the run cost, and what it clipped."""
+
+    outputs: list[np.ndarray]            # in head order (Model.output_names)
     ops: int
-    output_hashes: tuple[bytes, ...]
-    output_hash: bytes
-    peak_bytes: int
-    trace: Trace | None = None
+    output_hashes: tuple[bytes, ...]     # each output's tensor hash
+    output_hash: bytes                   # the hash of them all, in head order
+    peak_bytes: int                      # the most tensor bytes alive at once
+    trace: Trace | None = None           # run(..., trace=True): every tensor's hash, committed by a root
     output_scales: tuple[float | None, ...] = ()   # FORMAT.md 1.6; () for a model without scales
+    clipping: tuple[Clipping, ...] = ()  # each int32 input that had values outside its precision
+    tensors: tuple[np.ndarray, ...] | None = None  # run(..., keep=True): every tensor, by tensor id
 
     def dequantized(self) -> list[np.ndarray]:
         """The outputs as float64 values, q * scale (one IEEE multiplication each); an output without a
         scale is returned as it is."""
         scales = self.output_scales or (None,) * len(self.outputs)
         return [v if s is None else v.astype(np.float64) * np.float64(s) for v, s in zip(self.outputs, scales)]
+
+    @property
+    def output_hash_hex(self) -> str:
+        return self.output_hash.hex()
+
+    @property
+    def clipped(self) -> int:
+        """How many input values were outside their precision and clipped."""
+        return sum(c.count for c in self.clipping)
+
+
+def _type_text(t: TensorType) -> str:
+    return f"{t.dtype}{list(t.shape)}" + ("" if t.precision is None else f" p{t.precision}")
+
+
+def _check_feeds(inputs: object, where: str) -> None:
+    if not isinstance(inputs, Mapping):
+        hint = " (inputs are named: {'data': x}, not [x])" if isinstance(inputs, (list, tuple)) else ""
+        raise UsageError("argument", f"{where}: expected a mapping of input name to numpy array, "
+                                     f"got {type(inputs).__name__}{hint}")
+    for name in inputs:
+        if not isinstance(name, str):
+            raise UsageError("argument", f"{where}: input names are strings, got {name!r}")
 
 
 class Model:
@@ -45,6 +79,13 @@ class Model:
         self.program = program
         self._canonical = canonical
         self._hash: bytes | None = None
+        self._batch: Batch | None = None
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{n}: {_type_text(t)}" for n, t in self.inputs.items())
+        outs = ", ".join(f"{n}: {_type_text(t)}" for n, t in zip(self.output_names, self.output_types))
+        return (f"<cvmvm.Model {self.model_hash_hex[:16]}: {len(self.program.steps)} instructions, ops {self.ops}; "
+                f"inputs {ins}; outputs {outs}>")
 
     @property
     def canonical_bytes(self) -> bytes:
@@ -59,6 +100,10 @@ class Model:
         if self._hash is None:
             self._hash = hashlib.sha256(self.canonical_bytes).digest()
         return self._hash
+
+    @property
+    def model_hash_hex(self) -> str:
+        return self.model_hash.hex()
 
     @property
     def ops(self) -> int:
@@ -87,31 +132,116 @@ class Model:
     def output_scales(self) -> tuple[float | None, ...]:
         return self.program.model.output_scales
 
-    def run(self, inputs: Mapping[str, np.ndarray], trace: bool = False) -> Result:
-        """Run once; with ``trace`` every tensor is hashed into a Merkle-committed trace.
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Each output's name, in head order: its instruction's (``name:j`` for output j of an
+        instruction with several), or its variable's."""
+        return tuple(tensor_name(self.program, t) for t in self.program.model.outputs)
+
+    def _result_scales(self) -> tuple[float | None, ...]:
+        return self.output_scales if self.program.model.scales is not None else ()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model in the native format (atomically: a complete file or none)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise UsageError("argument", f"save: expected a path, got {type(path).__name__}")
+        files.write_atomic(path, self.canonical_bytes)
+
+    def run(self, inputs: Feeds, trace: bool = False, keep: bool = False) -> Result:
+        """Run once.  ``trace``: hash every tensor into a Merkle-committed trace.  ``keep``: keep
+        every tensor (``Result.tensors``, by tensor id: inputs, params, then each instruction's
+        outputs, as ``cvmvm disasm`` numbers them).
 
         An input with a float scale also takes a float array, quantized as FORMAT.md 1.6 defines.
         """
+        _check_feeds(inputs, "inputs")
         tracer = Tracer(self.program, self.model_hash) if trace else None
-        outputs, peak = execute(self.program, inputs, tracer)
+        kept: list[np.ndarray] = []
+        observe: TensorObserver | None = tracer
+        if keep:
+            def observe(t: int, value: np.ndarray) -> None:
+                if tracer is not None:
+                    tracer(t, value)
+                kept.append(value)  # tensors arrive in id order
+        clipped: list[Clipping] = []
+        outputs, peak = execute(self.program, inputs, observe, clipped)
         if tracer is not None:
-            digests = tuple(tracer.digests[t] for t in self.program.model.outputs)
+            digests = tuple(tracer.digests[t] or b"" for t in self.program.model.outputs)
         else:
             digests = tuple(tensor_hash(v, t.dtype) for v, t in zip(outputs, self.program.output_types))
         return Result(outputs, self.program.ops, digests, outputs_hash(digests), peak,
-                      tracer.trace() if tracer is not None else None,
-                      self.output_scales if self.program.model.scales is not None else ())
+                      tracer.trace() if tracer is not None else None, self._result_scales(), tuple(clipped),
+                      tuple(kept) if keep else None)
+
+    def run_batch(self, feeds: Sequence[Feeds], trace: bool = False) -> list[Result]:
+        """Run many input sets; item k's Result is field for field what ``run(feeds[k], trace=trace)``
+        gives.  They run stacked along axis 0 where the program allows it (cvmvm.vm.batching),
+        one at a time where it does not.  A bad item raises its error, naming the item."""
+        if isinstance(feeds, (Mapping, str, bytes)) or not isinstance(feeds, Sequence):
+            raise UsageError("argument", f"feeds: expected a list of mappings of input name to numpy array, "
+                                         f"got {type(feeds).__name__}")
+        prepared: list[list[np.ndarray]] = []
+        clippings: list[tuple[Clipping, ...]] = []
+        for k, feed in enumerate(feeds):
+            _check_feeds(feed, f"feeds[{k}]")
+            clipped: list[Clipping] = []
+            try:
+                prepared.append(prepare_inputs(self.program, feed, clipped))
+            except CvmError as e:
+                raise type(e)(e.reason, f"feeds[{k}]: {e.message}") from None
+            clippings.append(tuple(clipped))
+        if self._batch is None:
+            self._batch = Batch(self, MAX_DIM)  # as many per stacked run as the ISA and memory allow
+        heads = self.program.model.outputs
+        peak = peak_bytes(self.program)
+        results = []
+        for k, (run, clipping) in enumerate(zip(self._batch.run(prepared, outputs=True), clippings)):
+            if isinstance(run, CvmError):
+                raise type(run)(run.reason, f"feeds[{k}]: {run.message}")
+            results.append(Result(list(run.outputs or ()), run.ops, tuple(run.digests[t] for t in heads),
+                                  run.output_hash, peak,
+                                  build_trace(self.program, self.model_hash, run.digests) if trace else None,
+                                  self._result_scales(), clipping))
+        return results
 
 
-def load(source: str | os.PathLike[str] | bytes, *, ops_limit: int | None = None) -> Model:
-    """Load and verify a native (canonical msgpack) model from a path or bytes."""
-    data = source if isinstance(source, bytes) else files.read_bytes(source, "model")
-    return Model(verify(native.decode(data), Limits(ops=ops_limit)), canonical=data)
+def _read(source: object, what: str) -> tuple[bytes, str]:
+    """A file's bytes, from its path or given directly, and how to name it in messages."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source), what
+    if isinstance(source, (str, os.PathLike)):
+        limit = MAX_PARAMS_BYTES if what == "params" else files.MAX_FILE_BYTES
+        return files.read_bytes(source, what, limit), os.fspath(source)
+    raise UsageError("argument", f"{what}: expected a path or bytes, got {type(source).__name__}")
+
+
+def _limits(ops_limit: object) -> Limits:
+    if ops_limit is not None and (type(ops_limit) is not int or ops_limit < 1):
+        raise UsageError("argument", f"ops_limit: expected a positive integer or None, got {ops_limit!r}")
+    return Limits(ops=ops_limit)
+
+
+def load(source: Source, params: Source | None = None, *, ops_limit: int | None = None) -> Model:
+    """Load and verify a model: a native model, or a Cortex graph JSON with its params, told apart
+    by content.  ``source`` and ``params`` are paths or the files' bytes (bytes, bytearray,
+    memoryview); ``params`` only for a Cortex graph that has params."""
+    limits = _limits(ops_limit)
+    data, where = _read(source, "model")
+    kind = kinds.expect(data, kinds.MODEL, where, "a model (a native model or a Cortex graph JSON)")
+    if kind == kinds.NATIVE or (kind is None and data.lstrip()[:1] != b"{"):
+        if params is not None:
+            raise UsageError("conflict", f"{where}: params go with a Cortex graph JSON; this is a native model")
+        return Model(verify(native.decode(data), limits), canonical=data)
+    blob = None
+    if params is not None:
+        blob, params_where = _read(params, "params")
+        kinds.expect(blob, (kinds.CORTEX_PARAMS,), params_where)
+    return Model(verify(cortex.read_cortex(data, blob), limits))
 
 
 def load_cortex(graph: Any, params: Any = None, *, ops_limit: int | None = None) -> Model:
-    """Load and verify a Cortex model (graph: path, str, bytes or dict; params: path, bytes or None)."""
-    return Model(verify(cortex.read_cortex(graph, params), Limits(ops=ops_limit)))
+    """Load and verify a Cortex model (graph: path, JSON text, bytes or dict; params: path, bytes or None)."""
+    return Model(verify(cortex.read_cortex(graph, params), _limits(ops_limit)))
 
 
 def _run_op_type(k: int, value: np.ndarray, precision: int | None) -> TensorType:
@@ -135,6 +265,14 @@ def _run_op_type(k: int, value: np.ndarray, precision: int | None) -> TensorType
 def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,
                     precisions: Sequence[int | None] | None = None) -> tuple[Model, dict[str, np.ndarray]]:
     """A verified one-instruction model over ``inputs`` (named in0, in1, ...), and its feeds."""
+    if not isinstance(name, str):
+        raise UsageError("argument", f"op name: expected a str, got {type(name).__name__}")
+    if not isinstance(inputs, (list, tuple)):
+        raise UsageError("argument", f"inputs: expected a list of numpy arrays, got {type(inputs).__name__}")
+    if attrs is not None and not isinstance(attrs, Mapping):
+        raise UsageError("argument", f"attrs: expected a mapping of attribute name to value, got {type(attrs).__name__}")
+    if precisions is not None and not isinstance(precisions, (list, tuple)):
+        raise UsageError("argument", f"precisions: expected a list, got {type(precisions).__name__}")
     op = OP_BY_NAME.get(name)
     if op is None:
         raise InvalidError("op", f"unknown op {name!r}")
@@ -162,4 +300,4 @@ def run_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | N
     return execute(model.program, feeds)[0]
 
 
-__all__ = ["Model", "Result", "Limits", "load", "load_cortex", "run_op", "single_op_model"]
+__all__ = ["Model", "Result", "Clipping", "Limits", "load", "load_cortex", "run_op", "single_op_model"]

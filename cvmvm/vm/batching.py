@@ -10,10 +10,11 @@ type is the one-by-one type scaled.
 
 ``Batch.run`` runs a list of prepared feeds that way and gives, per item,
 exactly what a one-by-one traced run commits to (every tensor hash, the output
-hash, the trace root, the ops): each item's leaves are its own rows' hashes
-behind trace.py's per-program leaf prefixes.  Where the program cannot run
-stacked, or a stacked run fails, the items run one at a time, so each gets its
-own result or its own error.
+hash, the trace root, the ops, and on request the outputs themselves): each
+item's leaves are its own rows' hashes behind trace.py's per-program leaf
+prefixes.  Where the program cannot run stacked, or a stacked run fails, the
+items run one at a time, so each gets its own result or its own error.
+``Model.run_batch`` (api.py) and replay are built on it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -31,9 +32,8 @@ from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
 from serializer.hashing import canonical_array, merkle_root, outputs_hash, tensor_hash, tensor_header, trace_root
 from serializer.model import Input, Model as ModelIR
-from cvmvm.vm.api import Model
-from cvmvm.vm.execute import execute, prepare_input
-from cvmvm.vm.trace import trace_layout
+from cvmvm.vm.execute import execute, prepare_inputs
+from cvmvm.vm.trace import Tracer, trace_layout
 from cvmvm.vm.verify import Program, Step, verify
 
 BATCH_BYTES = 1 << 28   # tensor bytes one batch may hold, summed over every batched tensor
@@ -171,6 +171,16 @@ def batch_limit(program: Program, stacked: tuple[bool, ...], requested: int) -> 
 
 # -- the batched traced run ------------------------------------------------------------
 
+class Verified(Protocol):
+    """What a batched run needs of a model (``cvmvm.vm.api.Model`` is one)."""
+
+    @property
+    def program(self) -> Program: ...
+
+    @property
+    def model_hash(self) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class TracedRun:
     """What one traced run commits to, as Model.run(..., trace=True) computes it."""
@@ -179,6 +189,7 @@ class TracedRun:
     output_hash: bytes
     trace_root: bytes
     ops: int
+    outputs: tuple[np.ndarray, ...] | None = None  # the outputs in head order, when asked for
 
 
 def _row_hashes(value: np.ndarray, t: TensorType, count: int) -> list[bytes]:
@@ -194,34 +205,24 @@ def _row_hashes(value: np.ndarray, t: TensorType, count: int) -> list[bytes]:
     return digests
 
 
-def prepare_feeds(program: Program, inputs: tuple[tuple[str, np.ndarray], ...]) -> list[np.ndarray]:
-    """The item's inputs checked and prepared as execution would (same errors)."""
-    given = dict(inputs)
-    expected = [i.name for i in program.model.inputs]
-    unknown = [n for n in given if n not in set(expected)]
-    if unknown:
-        raise InputError("name", f"unknown input {unknown[0]!r}; the model takes {expected}")
-    feeds = []
-    for i, scale in zip(program.model.inputs, program.model.input_scales):
-        if i.name not in given:
-            raise InputError("name", f"missing input {i.name!r}")
-        feeds.append(prepare_input(i.name, i.type, given[i.name], scale))
-    return feeds
+def prepare_feeds(program: Program, inputs: Mapping[str, object] | Iterable[tuple[str, object]]) -> list[np.ndarray]:
+    """The item's inputs checked and prepared as execution would (same errors), in input order."""
+    return prepare_inputs(program, inputs)
 
 
 class Batch:
     """Runs lists of prepared feeds of one model, stacked where its program allows;
     caches the stacked program of each batch size it meets."""
 
-    def __init__(self, model: Model, batch_size: int) -> None:
+    def __init__(self, model: Verified, batch_size: int) -> None:
         self.model = model
         self.plan = batch_plan(model.program)
         self.limit = 1 if self.plan is None else batch_limit(model.program, self.plan, batch_size)
         self._stacked: dict[int, Program | None] = {}
 
-    def run(self, feeds: Sequence[Sequence[np.ndarray]]) -> list[TracedRun | CvmError]:
-        """Each run's commitments, or the error that stopped it; ``feeds`` are prepared inputs
-        (``prepare_feeds``) in the model's input order, one list per run."""
+    def run(self, feeds: Sequence[Sequence[np.ndarray]], outputs: bool = False) -> list[TracedRun | CvmError]:
+        """Each run's commitments (with its outputs when ``outputs``), or the error that stopped it;
+        ``feeds`` are prepared inputs (``prepare_feeds``) in the model's input order, one list per run."""
         start = 0
         results: list[TracedRun | CvmError] = []
         while start < len(feeds):
@@ -233,25 +234,35 @@ class Batch:
                 big = self._stacked[len(part)]
                 if big is not None:
                     try:
-                        results += _run_stacked(self.model, self.plan, big, part)
+                        results += _run_stacked(self.model, self.plan, big, part, outputs)
                         continue
                     except CvmError:
                         pass  # rerun one at a time below, so each item gets its own error
-            results += [_run_one(self.model, f) for f in part]
+            results += [_run_one(self.model, f, outputs) for f in part]
         return results
 
 
-def _run_one(model: Model, feeds: Sequence[np.ndarray]) -> TracedRun | CvmError:
-    names = [i.name for i in model.program.model.inputs]
+def _run_one(model: Verified, feeds: Sequence[np.ndarray], outputs: bool) -> TracedRun | CvmError:
+    program = model.program
+    names = [i.name for i in program.model.inputs]
+    tracer = Tracer(program, model.model_hash)
     try:
-        result = model.run(dict(zip(names, feeds)), trace=True)
+        values, _ = execute(program, dict(zip(names, feeds)), tracer)
     except CvmError as e:
         return e
-    return TracedRun(tuple(e.digest for e in result.trace.entries), result.output_hash, result.trace.root, result.ops)
+    trace = tracer.trace()
+    digests = tuple(e.digest for e in trace.entries)
+    return TracedRun(digests, outputs_hash([digests[t] for t in program.model.outputs]), trace.root, program.ops,
+                     tuple(values) if outputs else None)
 
 
-def _run_stacked(model: Model, plan: tuple[bool, ...], big: Program,
-                 feeds: Sequence[Sequence[np.ndarray]]) -> list[TracedRun]:
+def _rows(value: np.ndarray, stacked: bool, count: int) -> list[np.ndarray]:
+    """Each item's part of a stacked run's tensor: its row block, or the whole constant."""
+    return np.split(value, count) if stacked else [value] * count
+
+
+def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program,
+                 feeds: Sequence[Sequence[np.ndarray]], outputs: bool) -> list[TracedRun]:
     program = model.program
     count = len(feeds)
     names = [i.name for i in program.model.inputs]
@@ -269,11 +280,15 @@ def _run_stacked(model: Model, plan: tuple[bool, ...], big: Program,
             digest = tensor_hash(value, program.types[t].dtype)
             digests[t], leaves[t] = [digest] * count, [layout.leaf(t, digest)] * count
 
-    execute(big, stacked_inputs, observe)
+    values, _ = execute(big, stacked_inputs, observe)
     model_hash = model.model_hash
-    outputs = program.model.outputs
+    heads = program.model.outputs
+    per_item: list[tuple[np.ndarray, ...] | None] = [None] * count
+    if outputs:
+        rows = [_rows(v, plan[t], count) for t, v in zip(heads, values)]
+        per_item = [tuple(r[i] for r in rows) for i in range(count)]
     results = []
-    for own, own_leaves in zip(zip(*digests), zip(*leaves)):
+    for own, own_leaves, own_outputs in zip(zip(*digests), zip(*leaves), per_item):
         root = trace_root(model_hash, len(own_leaves), merkle_root(own_leaves))
-        results.append(TracedRun(own, outputs_hash([own[t] for t in outputs]), root, program.ops))
+        results.append(TracedRun(own, outputs_hash([own[t] for t in heads]), root, program.ops, own_outputs))
     return results

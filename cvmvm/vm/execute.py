@@ -1,20 +1,24 @@
 """Execution of a verified Program.
 
-Inputs are checked against the program (name, dtype, shape) and int32 inputs
-are clipped to their declared precision, as the Cortex runtime does for
-``data``; a float array for an input with a scale is quantized to it
-(FORMAT.md 1.6).  Each instruction's outputs are confirmed against their inferred
-type: a mismatch is a VM bug (internal.*), never silently passed on.
+Inputs are checked against the program (name, dtype, shape), and every int32
+input with a precision p (all of a Cortex model's, whose one input is ``data``)
+is clipped to [-(2^(p-1) - 1), 2^(p-1) - 1], as the Cortex runtime does for
+``data``; a float array for an input with a scale is quantized to it, clipped
+the same way (FORMAT.md 1.6).  What was clipped is reported (``Clipping``),
+never an error.  Each instruction's outputs are confirmed against their
+inferred type: a mismatch is a VM bug (internal.*), never silently passed on.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
 from isa.errors import InputError, InternalError
-from isa.types import DTYPES, INT32, TensorType, clip_to_precision, precision_bound, quantize_float, vm_dtype
+from isa.types import (DTYPES, INT32, TensorType, clip_to_precision, precision_bound, quantize_float, round_half_away,
+                       vm_dtype)
 from cvmvm.vm.verify import Program
 
 # Called with (tensor id, array) for every tensor as it comes into existence:
@@ -22,8 +26,30 @@ from cvmvm.vm.verify import Program
 TensorObserver = Callable[[int, np.ndarray], None]
 
 
-def prepare_input(name: str, t: TensorType, value: object, scale: float | None = None) -> np.ndarray:
-    """A caller's array -> the VM's canonical array for this input (clipped int32, or exact dtype).
+@dataclass(frozen=True)
+class Clipping:
+    """Values of one int32 input outside its declared precision, clipped into it."""
+
+    input: str
+    count: int      # how many values were outside [-bound, bound]
+    low: int        # the smallest value given (a float input: quantized, before the clip)
+    high: int       # the largest value given (likewise)
+    precision: int
+
+    @property
+    def bound(self) -> int:
+        return precision_bound(self.precision)
+
+    def __str__(self) -> str:
+        return (f"input {self.input}: {self.count} value{'s' if self.count != 1 else ''} outside precision "
+                f"{self.precision} clipped to [{-self.bound}, {self.bound}] (given values span "
+                f"[{self.low}, {self.high}])")
+
+
+def prepare_input(name: str, t: TensorType, value: object, scale: float | None = None,
+                  clipped: list[Clipping] | None = None) -> np.ndarray:
+    """A caller's array -> the VM's canonical array for this input (clipped int32, or exact dtype);
+    a clipped input is reported in ``clipped`` when given.
 
     With a ``scale``, a float16/32/64 array is quantized: round half away from zero of x / scale in
     float64, clipped to the precision (FORMAT.md 1.6).
@@ -33,18 +59,63 @@ def prepare_input(name: str, t: TensorType, value: object, scale: float | None =
     if tuple(value.shape) != t.shape:
         raise InputError("shape", f"input {name}: shape {tuple(value.shape)} must be {t.shape}")
     if t.dtype == INT32 and t.precision is not None:
+        bound = precision_bound(t.precision)
         if value.dtype.kind == "f" and scale is not None and vm_dtype(value.dtype) is not None:
             if not np.all(np.isfinite(value)):
                 raise InputError("value", f"input {name}: a float input holds NaN or infinity")
+            if clipped is not None and value.size:
+                # quantize_float's q = round_half_away(x / scale) leaves [-bound, bound] exactly when
+                # |x / scale| >= bound + 1/2.
+                ratio = np.asarray(value, dtype=np.float64) / np.float64(scale)
+                count = int(np.count_nonzero(np.abs(ratio) >= bound + 0.5))
+                if count:
+                    lo, hi = round_half_away(np.array([ratio.min(), ratio.max()]))
+                    clipped.append(Clipping(name, count, int(lo), int(hi), t.precision))
             return np.ascontiguousarray(quantize_float(value, scale, t.precision))
         if value.dtype.kind not in "iu":
             hint = ", and the model gives this input no scale" if value.dtype.kind == "f" and scale is None else ""
             raise InputError("dtype", f"input {name}: dtype {value.dtype} is not an integer type{hint}")
         wide = value.astype(np.int64) if value.dtype != np.uint64 else np.minimum(value, np.iinfo(np.int64).max).astype(np.int64)
+        if clipped is not None and wide.size:
+            count = int(np.count_nonzero((wide < -bound) | (wide > bound)))
+            if count:
+                # The largest given value, not the saturated one, for a uint64 input.
+                high = int(value.max())
+                clipped.append(Clipping(name, count, int(wide.min()), high, t.precision))
         return np.ascontiguousarray(clip_to_precision(wide, t.precision))
     if vm_dtype(value.dtype) != t.dtype:
         raise InputError("dtype", f"input {name}: dtype {value.dtype} must be {t.dtype}")
     return np.ascontiguousarray(value, dtype=DTYPES[t.dtype])
+
+
+def prepare_inputs(program: Program, inputs: Mapping[str, object] | Iterable[tuple[str, object]],
+                   clipped: list[Clipping] | None = None) -> list[np.ndarray]:
+    """Every input of the program, by name from ``inputs`` (a mapping or (name, value) pairs),
+    checked and prepared in the model's input order."""
+    given = dict(inputs)
+    expected = [i.name for i in program.model.inputs]
+    unknown = sorted(set(given) - set(expected))
+    if unknown:
+        raise InputError("name", f"unknown input {unknown[0]!r}; the model takes {expected}")
+    feeds = []
+    for inp, scale in zip(program.model.inputs, program.model.input_scales):
+        if inp.name not in given:
+            raise InputError("name", f"missing input {inp.name!r}")
+        feeds.append(prepare_input(inp.name, inp.type, given[inp.name], scale, clipped))
+    return feeds
+
+
+def peak_bytes(program: Program) -> int:
+    """The most bytes of tensors alive at once during a run: every size is static, and
+    execution drops each tensor after its last use (``Program.free_after``)."""
+    sizes = [t.size * DTYPES[t.dtype].itemsize for t in program.types]
+    live = sum(sizes[:program.model.num_variables])
+    peak = live
+    for step in program.steps:
+        live += sum(sizes[t] for t in step.outputs)
+        peak = max(peak, live)
+        live -= sum(sizes[t] for t in program.free_after[step.index])
+    return peak
 
 
 def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
@@ -67,26 +138,18 @@ def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(value)
 
 
-def execute(program: Program, inputs: Mapping[str, np.ndarray],
-            observe: TensorObserver | None = None) -> tuple[list[np.ndarray], int]:
-    """Run the program; return its outputs in head order and the peak bytes of live tensors."""
+def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorObserver | None = None,
+            clipped: list[Clipping] | None = None) -> tuple[list[np.ndarray], int]:
+    """Run the program; return its outputs in head order and the peak bytes of live tensors
+    (``peak_bytes``).  Clipped inputs are reported in ``clipped`` when given."""
     model = program.model
-    expected = [i.name for i in model.inputs]
-    unknown = sorted(set(inputs) - set(expected))
-    if unknown:
-        raise InputError("name", f"unknown input {unknown[0]!r}; the model takes {expected}")
     env: list[np.ndarray | None] = [None] * len(program.types)
-    for k, inp in enumerate(model.inputs):
-        if inp.name not in inputs:
-            raise InputError("name", f"missing input {inp.name!r}")
-        env[k] = prepare_input(inp.name, inp.type, inputs[inp.name], model.input_scales[k])
+    env[:len(model.inputs)] = prepare_inputs(program, inputs, clipped)
     for k, p in enumerate(model.params, start=len(model.inputs)):
         env[k] = p.value
     if observe is not None:
         for k in range(model.num_variables):
             observe(k, env[k])
-    live = sum(env[k].nbytes for k in range(model.num_variables))
-    peak = live
     for step in program.steps:
         args = [env[t] for t in step.inputs]
         results = step.run(*args)
@@ -95,11 +158,8 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray],
                                          f"{len(results)} outputs, verified {len(step.outputs)}")
         for t, ty, value in zip(step.outputs, step.out_types, results):
             env[t] = confirm(f"instruction {step.index} ({step.op.name})", ty, value)
-            live += env[t].nbytes
             if observe is not None:
                 observe(t, env[t])
-        peak = max(peak, live)
         for t in program.free_after[step.index]:
-            live -= env[t].nbytes
             env[t] = None
-    return [env[t] for t in model.outputs], peak
+    return [env[t] for t in model.outputs], peak_bytes(program)

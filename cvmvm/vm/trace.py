@@ -19,23 +19,26 @@ import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from isa.errors import InternalError
 from serializer import native
-from serializer.hashing import (INPUT, INSTR, PARAM, TraceEntry, leaf_prefix, merkle_root, node_digest, tensor_hash,
-                                trace_root)
+from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, leaf_prefix, merkle_root, node_digest,
+                                tensor_hash, trace_root)
 from serializer.records.trace import entry_to_json, trace_doc
 from cvmvm.vm.verify import Program
 
 @dataclass(frozen=True)
 class TraceLayout:
-    """What every leaf of a program's trace commits to besides the tensor hash (FORMAT.md section 3)."""
+    """What every leaf of a program's trace commits to besides the tensor hash (FORMAT.md section 3),
+    and what each tensor is called."""
 
     positions: tuple[tuple[int, int, int], ...]  # (kind, index, output) by tensor id
     nodes: tuple[bytes, ...]                     # node digest of each tensor's producer, by tensor id
     prefixes: tuple[bytes, ...]                  # leaf preimage up to the tensor hash, by tensor id
+    labels: tuple[tuple[str | None, str], ...]   # (producing op, or None for a variable; name), by tensor id
 
     def leaf(self, tensor: int, digest: bytes) -> bytes:
         """Tensor ``tensor``'s trace leaf, given its hash."""
@@ -51,18 +54,21 @@ def _layout(program: Program) -> TraceLayout:
     model = program.model
     positions: list[tuple[int, int, int]] = []
     nodes: list[bytes] = []
+    labels: list[tuple[str | None, str]] = []
     for kind, variables in ((INPUT, model.inputs), (PARAM, model.params)):
         for k, v in enumerate(variables):
             positions.append((kind, k, 0))
             nodes.append(node_digest(native.variable_descriptor(v.type)))
+            labels.append((None, v.name))
     for step in program.steps:
         node = node_digest(native.instr_descriptor(step.op.name, step.inputs, step.outputs, step.attrs))
         for j in range(len(step.outputs)):
             positions.append((INSTR, step.index, j))
             nodes.append(node)
+            labels.append((step.op.name, step.name))
     prefixes = tuple(leaf_prefix(t, *pos, program.types[t].precision, node)
                      for t, (pos, node) in enumerate(zip(positions, nodes)))
-    return TraceLayout(tuple(positions), tuple(nodes), prefixes)
+    return TraceLayout(tuple(positions), tuple(nodes), prefixes, tuple(labels))
 
 
 @dataclass
@@ -95,8 +101,38 @@ def trace_layout(program: Program) -> TraceLayout:
 
 
 @dataclass(frozen=True)
+class Entry(TraceEntry):
+    """A trace entry with what it is about: the op that produced the tensor (None for an input
+    or a param), its name (the variable's, or the instruction's), dtype and shape."""
+
+    op: str | None
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def hash_hex(self) -> str:
+        return self.digest.hex()
+
+    def __repr__(self) -> str:
+        what = KIND_NAMES[self.kind] if self.op is None else f"{self.op} (instruction {self.index})"
+        prec = "" if self.precision is None else f" p{self.precision}"
+        return (f"<trace entry: tensor {self.tensor} {self.name}, {what}, {self.dtype}{list(self.shape)}{prec}, "
+                f"hash {self.hash_hex}>")
+
+
+def tensor_name(program: Program, tensor: int) -> str:
+    """A tensor's name: its variable's, its instruction's, or ``name:j`` for output j of an
+    instruction with several outputs."""
+    layout = trace_layout(program)
+    name = layout.labels[tensor][1]
+    kind, index, output = layout.positions[tensor]
+    return f"{name}:{output}" if kind == INSTR and len(program.steps[index].outputs) > 1 else name
+
+
+@dataclass(frozen=True)
 class Trace:
-    entries: tuple[TraceEntry, ...]
+    entries: tuple[Entry, ...]
     tree: bytes   # Merkle root of the leaves: what inclusion proofs reach
     root: bytes   # the trace root: commits to the model hash, the leaf count and the tree
 
@@ -173,13 +209,21 @@ class Tracer:
         self._backlog -= size
 
     def trace(self) -> Trace:
-        layout = trace_layout(self.program)
-        digests = self.digests
-        types = self.program.types
-        entries = tuple(TraceEntry(kind, index, out, t, types[t].precision, node, d)
-                        for t, ((kind, index, out), node, d) in enumerate(zip(layout.positions, layout.nodes, digests)))
-        tree = merkle_root([layout.leaf(t, d) for t, d in enumerate(digests)])
-        return Trace(entries, tree, trace_root(self.model_hash, len(entries), tree))
+        return build_trace(self.program, self.model_hash, self.digests)
+
+
+def build_trace(program: Program, model_hash: bytes, digests: Sequence[bytes | None]) -> Trace:
+    """The trace of a run of ``program`` whose every tensor hashed to ``digests`` (by tensor id)."""
+    layout = trace_layout(program)
+    types = program.types
+    known = [d for d in digests if d is not None]
+    if len(known) != len(types):
+        raise InternalError("trace", f"{len(types) - len(known)} tensors of the run were never hashed")
+    entries = tuple(Entry(kind, index, out, t, types[t].precision, node, d, op, name, types[t].dtype, types[t].shape)
+                    for t, ((kind, index, out), node, d, (op, name))
+                    in enumerate(zip(layout.positions, layout.nodes, known, layout.labels)))
+    tree = merkle_root([layout.leaf(t, d) for t, d in enumerate(known)])
+    return Trace(entries, tree, trace_root(model_hash, len(entries), tree))
 
 
 def trace_to_json(program: Program, trace: Trace, model_hash: bytes) -> dict[str, Any]:

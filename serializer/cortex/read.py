@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from isa.attrs import INT32_MAX
-from isa.errors import InputError, InvalidError, LimitError, MalformedError
+from isa.errors import InputError, InvalidError, LimitError, MalformedError, UsageError
 from isa.spec import OpDef
 from isa.table import OP_BY_NAME
 from isa.types import (DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, Shape, TensorType, check_shape,
@@ -127,7 +127,7 @@ def _source_bytes(source: Any, limit: int, what: str) -> bytes:
         except OSError as e:
             raise InputError("file", f"{what} file {source}: {e.strerror or e}") from None
     else:
-        raise TypeError(f"{what}: expected bytes or a path, got {type(source).__name__}")
+        raise UsageError("argument", f"{what}: expected bytes or a path, got {type(source).__name__}")
     _check_size(len(data), limit, what)
     return data
 
@@ -342,7 +342,9 @@ def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]],
         t = TensorType(shapes[first_entry[nid]], precision[first_entry[nid]] if dtype == INT32 else None, dtype)
         if node.name not in given:
             if node.name != DATA:
-                raise InvalidError("graph", f"variable {node.name!r} is not given by the params file")
+                raise InvalidError("graph", f"variable {node.name!r} has no value: no params file was given"
+                                            if arrays is None else
+                                            f"variable {node.name!r} is not given by the params file")
             inputs.append(Input(node.name, t))
             input_nids.append(nid)
             continue
