@@ -79,6 +79,7 @@ CODES: dict[str, str] = {
     "usage.command": "no command, or an unknown one",
     "usage.argument": "a bad option or argument: unknown, missing, malformed, out of range, or of the wrong type",
     "usage.conflict": "options that do not go together (--sign without --receipt, --params with a native model, ...)",
+    "usage.missing_extra": "a command that needs an optional extra that is not installed (import-onnx: cvmvm[onnx])",
     "malformed.kind": "a file of another kind than the command reads (a receipt given as a model, ...)",
     "malformed.native": "a native model (.cvm) that does not decode",
     "malformed.noncanonical": "a msgpack record that decodes but is not its canonical encoding",

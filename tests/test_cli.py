@@ -83,9 +83,13 @@ def test_hash_of_a_tensor(capsys, digits):
 def test_disasm_lists_every_instruction(capsys, digits):
     code, info = run_json(capsys, ["disasm", str(digits["graph"]), "--params", str(digits["params"])])
     assert code == 0
-    body = [line for line in info["lines"] if "= " in line and ": " in line and "input" not in line
-            and "param" not in line]
-    assert any("conv2d" in line and "p" in line for line in body)
+    assert len(info["instructions"]) == 13 and info["instructions"][0]["op"] == "conv2d"
+    assert all(set(i) >= {"index", "op", "name", "inputs", "outputs", "attrs", "types", "cost", "plan"}
+               for i in info["instructions"])
+    assert [v["kind"] for v in info["variables"]] == ["input"] + ["param"] * 8
+    assert main(["disasm", str(digits["graph"]), "--params", str(digits["params"])]) == 0
+    text = capsys.readouterr().out
+    assert sum(" conv2d(" in line for line in text.splitlines()) == 2
 
 
 def test_ops_lists_the_table(capsys):
@@ -110,7 +114,7 @@ def test_demo(capsys):
     (["run", "{graph}", "--params", "{params}", "--input", "data={dir}/x_float.npy"], "input"),
     (["run", "{graph}", "--params", "{params}", "--input", "data={dir}/x_object.npy"], "malformed"),
     (["run", "{graph}", "--params", "{params}", "--input", "nodata={dir}/x.npy"], "input"),
-    (["run", "{graph}", "--params", "{params}", "--input", "data"], "input"),
+    (["run", "{graph}", "--params", "{params}", "--input", "data"], "usage"),
     (["verify", "{graph}", "--params", "{params}", "--ops-limit", "1000"], "limit"),
     (["verify", "{graph}"], "invalid"),
     (["hash", "{dir}/x_bool.npy"], "input"),

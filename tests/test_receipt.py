@@ -345,7 +345,7 @@ def test_check_receipt_rejects_a_tampered_file(capsys, files):
 def test_sign_needs_receipt_and_a_valid_key(capsys, files):
     (files / "bad.key").write_bytes(b"nope")
     assert main(["run", str(files / "m.cvm"), "--input", f"x={files / 'x.npy'}",
-                 "--sign", str(files / "key")]) == EXIT_CODES["input"]
+                 "--sign", str(files / "key")]) == EXIT_CODES["usage"]
     code, info = cli_json(capsys, ["run", str(files / "m.cvm"), "--input", f"x={files / 'x.npy'}",
                                    "--receipt", str(files / "r"), "--sign", str(files / "bad.key")])
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.key"

@@ -187,7 +187,7 @@ def test_cli_prove_and_check(capsys, tmp_path):
     code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", root])
     assert code == 0 and info["valid"]  # the root alone binds the instruction: a light client needs no model
     code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", "xyz", "--model", "m"])
-    assert code == EXIT_CODES["input"] and info["error"] == "input.argument"
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.argument"
     code, info = cli_json(capsys, ["prove-step", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}",
                                    "--step", "4", "--out", str(tmp_path / "p2")])
     assert code == EXIT_CODES["input"] and info["error"] == "input.step"

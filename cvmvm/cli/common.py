@@ -1,67 +1,89 @@
-"""What every command module shares: exit codes, the reply type, and the MODEL
-and --input arguments with their loaders.
+"""What every command module shares: exit codes, the reply type, the argument types, and the
+MODEL and --input arguments with their loaders.
 
 A command is a function ``(args) -> Reply``: it returns (exit code, JSON info,
 text) and raises CvmError for failures, which ``cvmvm.cli.main`` maps to exit
-codes.
+codes.  Every file a command reads goes through ``serializer.kinds`` first, so
+a file of the wrong kind is named as such.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from isa.errors import InputError
-from serializer import native
+from isa.errors import MalformedError, UsageError
+from serializer import kinds
 from cvmvm import files
-from cvmvm.vm.api import Model, load, load_cortex
+from cvmvm.vm.api import Model, load
+from cvmvm.vm.execute import Clipping
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1   # the command ran, and what it checked does not hold
-EXIT_USAGE = 2      # argparse's own code for bad command lines
-EXIT_CODES = {"malformed": 3, "invalid": 4, "input": 5, "limit": 6, "internal": 7}
+EXIT_USAGE = 2      # a bad command line (usage.*), argparse's own mistakes included
+EXIT_CODES = {"usage": EXIT_USAGE, "malformed": 3, "invalid": 4, "input": 5, "limit": 6, "internal": 7}
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 
 Reply = tuple[int, dict[str, Any], str]
-
-
-class UsageError(Exception):
-    """A command that cannot run as asked, though argparse accepted it (an extra not installed):
-    one line ``cvmvm: error usage.<reason>: ...``, exit 2."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code = f"usage.{reason}"
-        self.message = message
-
 # Adds a subcommand (name, function, help) to the main parser; returns its parser.
 Command = Callable[[str, Callable[..., Any], str], argparse.ArgumentParser]
 
 
-def load_model(path: str, params: str | None, ops_limit: int | None = None) -> Model:
-    """A native model file, or a Cortex graph JSON (with its params file)."""
-    data = files.read_bytes(path, "model")
-    if native.is_native(data):
-        if params:
-            raise InputError("argument", "--params is only for Cortex graph JSON models")
-        return load(data, ops_limit=ops_limit)
-    blob = files.read_bytes(params, "params") if params else None
-    return load_cortex(data, blob, ops_limit=ops_limit)
+# -- argument types: a bad value is a usage.argument error naming the option -------------
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
 
 
-def parse_inputs(specs: Sequence[str], flag: str = "--input") -> dict[str, np.ndarray]:
-    """``NAME=FILE.npy`` arguments of ``flag``, each name once, read as arrays."""
-    inputs: dict[str, np.ndarray] = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise InputError("argument", f"{flag} {spec!r}: expected NAME=FILE.npy")
-        if name in inputs:
-            raise InputError("argument", f"{flag} {name} given twice")
-        inputs[name] = files.read_npy(path)
-    return inputs
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 0")
+    return value
 
+
+def hash_hex(text: str) -> bytes:
+    """A 32-byte hash written as 64 hex digits."""
+    try:
+        digest = bytes.fromhex(text)
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 64 hex digits")
+    return digest
+
+
+def input_spec(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=FILE.npy")
+    return name, path
+
+
+class _InputSpecs(argparse.Action):
+    """--input, repeatable; a name given twice is a mistake, not the last one winning."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        specs = list(getattr(namespace, self.dest) or [])
+        if any(name == values[0] for name, _ in specs):
+            raise argparse.ArgumentError(self, f"input {values[0]!r} given twice")
+        setattr(namespace, self.dest, specs + [values])
+
+
+# -- the shared arguments ------------------------------------------------------------------
 
 def model_args(p: argparse.ArgumentParser, flag: str = "model") -> None:
     """A MODEL (positional ``model``, or a required option such as ``--model``) and its --params."""
@@ -71,4 +93,66 @@ def model_args(p: argparse.ArgumentParser, flag: str = "model") -> None:
 
 
 def input_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input array (repeatable)")
+    p.add_argument("--input", action=_InputSpecs, type=input_spec, default=[], metavar="NAME=FILE.npy",
+                   help="an input array (repeatable, one per input name)")
+
+
+def ops_limit_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ops-limit", type=positive_int, metavar="N", help="reject the model if it costs more ops than this")
+
+
+# -- loading what the arguments name ----------------------------------------------------------
+
+def read_kind(path: str, wanted: Sequence[str], what: str, limit: int = files.MAX_FILE_BYTES) -> bytes:
+    """A file's bytes, refused with ``malformed.kind`` when it is a file of another kind."""
+    data = files.read_bytes(path, what, limit)
+    kinds.expect(data, wanted, path)
+    return data
+
+
+def load_model(path: str, params: str | None, ops_limit: int | None = None) -> Model:
+    """A native model file, or a Cortex graph JSON (with its params file), told apart by content."""
+    data = files.read_bytes(path, "model")
+    kind = kinds.expect(data, kinds.MODEL, path, "a model (a native model or a Cortex graph JSON)")
+    if kind == kinds.NATIVE and params is not None:
+        raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {path} is a native model")
+    return load(data, None if params is None else read_kind(params, (kinds.CORTEX_PARAMS,), "params"),
+                ops_limit=ops_limit)
+
+
+def read_input(path: str) -> np.ndarray:
+    try:
+        return files.read_npy(path)
+    except MalformedError:
+        read_kind(path, (kinds.NPY,), "input")  # names the file's kind when it is another
+        raise
+
+
+def parse_inputs(specs: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
+    """The --input arrays by name (``input_arg`` has checked the NAME=FILE form and the names)."""
+    return {name: read_input(path) for name, path in specs}
+
+
+def input_specs(texts: Sequence[str], flag: str) -> list[tuple[str, str]]:
+    """``NAME=FILE.npy`` arguments of an option other than --input, checked as --input's are."""
+    specs: list[tuple[str, str]] = []
+    for text in texts:
+        try:
+            name, path = input_spec(text)
+        except argparse.ArgumentTypeError as e:
+            raise UsageError("argument", f"{flag}: {e}") from None
+        if any(name == seen for seen, _ in specs):
+            raise UsageError("argument", f"{flag}: input {name!r} given twice")
+        specs.append((name, path))
+    return specs
+
+
+def clipping_json(clipping: Sequence[Clipping]) -> list[dict[str, Any]]:
+    return [{"input": c.input, "count": c.count, "low": c.low, "high": c.high, "precision": c.precision,
+             "bound": c.bound} for c in clipping]
+
+
+def warn_clipping(clipping: Sequence[Clipping]) -> None:
+    """Say on stderr what was clipped: a run with clipped inputs is not an error, but not silent."""
+    for c in clipping:
+        print(f"cvmvm: warning: {c}", file=sys.stderr)

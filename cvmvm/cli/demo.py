@@ -11,21 +11,41 @@ from __future__ import annotations
 import io
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cvmvm import files
 from cvmvm.vm.api import load
+
+EXPORTED_IMAGES = 2  # image0.npy, image1.npy: enough to show a match and a mismatch
 
 
 def _resource(name: str) -> bytes:
     return resources.files("cvmvm.cli").joinpath("demo", name).read_bytes()
 
 
+def _images() -> np.ndarray:
+    return np.load(io.BytesIO(_resource("images.npy")), allow_pickle=False)
+
+
+def export(out_dir: str) -> list[str]:
+    """Write the demo's model and its first images into ``out_dir``, for trying every other command."""
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [str(folder / "digits.cvm")]
+    files.write_atomic(written[0], _resource("digits.cvm"))
+    for k, image in enumerate(_images()[:EXPORTED_IMAGES]):
+        written.append(str(folder / f"image{k}.npy"))
+        files.save_npy_atomic(written[-1], image)
+    return written
+
+
 def run_demo() -> dict[str, Any]:
     start = time.perf_counter()
     model = load(_resource("digits.cvm"))
-    images = np.load(io.BytesIO(_resource("images.npy")), allow_pickle=False)
+    images = _images()
     labels = np.load(io.BytesIO(_resource("labels.npy")), allow_pickle=False)
     rows = []
     for k, (image, label) in enumerate(zip(images, labels)):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from isa.errors import InputError
+from isa.errors import InputError, UsageError
 from cvmvm import files
-from cvmvm.cli.common import EXIT_OK, Command, Reply, UsageError, parse_inputs
+from cvmvm.cli.common import EXIT_OK, Command, Reply, input_specs, parse_inputs
 
 MISSING_EXTRA = "import-onnx needs the onnx extra: pip install 'cvmvm[onnx]'"
 
@@ -18,7 +18,7 @@ def _calibration(specs: list[str]) -> np.ndarray | dict[str, np.ndarray]:
     """``FILE.npy`` (a one-input model) or ``NAME=FILE.npy`` per input."""
     if len(specs) == 1 and "=" not in specs[0]:
         return files.read_npy(specs[0])
-    return parse_inputs(specs, "--calibrate")
+    return parse_inputs(input_specs(specs, "--calibrate"))
 
 
 def _input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
@@ -30,7 +30,7 @@ def _input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
         except ValueError:
             shape = ()
         if not sep or not name or not shape or name in shapes:
-            raise InputError("argument", f"--input-shape {spec!r}: expected NAME=D0,D1,... once per input")
+            raise UsageError("argument", f"--input-shape {spec!r}: expected NAME=D0,D1,... once per input")
         shapes[name] = shape
     return shapes
 

@@ -1,33 +1,39 @@
-"""The model commands: verify, run (with --receipt), convert, hash, disasm, ops, demo."""
+"""The model commands: verify, run (with --receipt, --trace, --dump-tensors), convert, hash, disasm,
+ops, demo."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from isa.errors import InputError
+from isa.errors import InputError, InternalError, UsageError
 from isa.table import ISA_VERSION
-from serializer import cortex, native
+from isa.types import TensorType
+from serializer import cortex, kinds
 from serializer.hashing import tensor_hash
+from serializer.records import receipt as receipt_codec
+from serializer.records.trace import trace_bytes, trace_lines
 from cvmvm import files
 from cvmvm.vm import disasm
-from cvmvm.vm.api import Model, Result, load, load_cortex
-from serializer.records import receipt as receipt_codec
-from serializer.records.trace import trace_bytes
-from cvmvm.vm.trace import trace_to_json
+from cvmvm.vm.api import Model, Result, load
+from cvmvm.vm.trace import tensor_name, trace_layout, trace_to_json
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
-from cvmvm.cli.common import EXIT_OK, Command, Reply, input_arg, load_model, model_args, parse_inputs
+from cvmvm.cli.common import (EXIT_OK, Command, Reply, clipping_json, input_arg, load_model, model_args,
+                              ops_limit_arg, parse_inputs, read_input, read_kind, warn_clipping)
+
+TRACE_FORMATS = ("json", "jsonl")
 
 
-def _type_json(t: Any) -> dict[str, Any]:
+def _type_json(t: TensorType) -> dict[str, Any]:
     return {"shape": list(t.shape), "dtype": t.dtype, "precision": t.precision}
 
 
-def _type_text(t: Any, scale: float | None = None) -> str:
+def _type_text(t: TensorType, scale: float | None = None) -> str:
     prec = f" p{t.precision}" if t.precision is not None else ""
     return f"{t.dtype}{list(t.shape)}{prec}" + (f" scale {scale!r}" if scale is not None else "")
 
@@ -41,12 +47,14 @@ def cmd_verify(args: argparse.Namespace) -> Reply:
         "ops": model.ops,
         "gas": model.gas,
         "inputs": {n: {**_type_json(t), "scale": in_scales[n]} for n, t in model.inputs.items()},
-        "outputs": [{**_type_json(t), "scale": s} for t, s in zip(model.output_types, out_scales)],
+        "outputs": [{**_type_json(t), "name": n, "scale": s}
+                    for t, n, s in zip(model.output_types, model.output_names, out_scales)],
     }
     lines = [f"ok: {len(model.program.steps)} instructions, ops {model.ops}, gas {model.gas}",
              f"model hash {info['model_hash']}"]
     lines += [f"input  {n}: {_type_text(t, in_scales[n])}" for n, t in model.inputs.items()]
-    lines += [f"output {k}: {_type_text(t, s)}" for k, (t, s) in enumerate(zip(model.output_types, out_scales))]
+    lines += [f"output {k} {n}: {_type_text(t, s)}"
+              for k, (t, n, s) in enumerate(zip(model.output_types, model.output_names, out_scales))]
     return EXIT_OK, info, "\n".join(lines)
 
 
@@ -55,35 +63,76 @@ def _summary(t: Any, v: np.ndarray) -> dict[str, Any]:
     return {**_type_json(t), "min": lo, "max": hi}
 
 
+def _trace_format(args: argparse.Namespace) -> str:
+    """--trace-format, or by the trace file's suffix: .jsonl is JSON lines, anything else JSON."""
+    if args.trace_format is not None:
+        if args.trace is None:
+            raise UsageError("conflict", "--trace-format goes with --trace FILE")
+        return str(args.trace_format)
+    return "jsonl" if str(args.trace or "").endswith(".jsonl") else "json"
+
+
+def _dump_name(model: Model, t: int, width: int) -> str:
+    """tensor id, producer (op, or input/param) and name: 0007-conv2d-conv1.npy."""
+    op, _ = trace_layout(model.program).labels[t]
+    producer = op or ("input" if t < len(model.program.model.inputs) else "param")
+    name = re.sub(r"[^A-Za-z0-9_.]+", "_", tensor_name(model.program, t))[:80]
+    return f"{t:0{width}d}-{producer}-{name}.npy"
+
+
+def dump_tensors(model: Model, result: Result, out_dir: str) -> int:
+    """Write every tensor of a kept run as .npy into ``out_dir``; return how many."""
+    tensors = result.tensors or ()
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    width = max(4, len(str(len(tensors) - 1)))
+    for t, value in enumerate(tensors):
+        files.save_npy_atomic(folder / _dump_name(model, t, width), value)
+    return len(tensors)
+
+
 def cmd_run(args: argparse.Namespace) -> Reply:
+    if args.sign is not None and args.receipt is None:
+        raise UsageError("conflict", "--sign KEY signs the receipt: give --receipt FILE too")
+    trace_format = _trace_format(args)
     model = load_model(args.model, args.params, args.ops_limit)
     inputs = parse_inputs(args.input)
-    result = model.run(inputs, trace=True)
+    result = model.run(inputs, trace=True, keep=args.dump_tensors is not None)
+    trace = result.trace
+    if trace is None:
+        raise InternalError("trace", "a traced run gave no trace")
+    warn_clipping(result.clipping)
     values = result.dequantized() if args.dequantize else result.outputs
     if args.save_outputs:
         out_dir = Path(args.save_outputs)
         out_dir.mkdir(parents=True, exist_ok=True)
         for k, value in enumerate(values):
             files.save_npy_atomic(out_dir / f"output_{k}.npy", value)
+    dumped = None if args.dump_tensors is None else dump_tensors(model, result, args.dump_tensors)
     if args.trace:
-        doc = trace_to_json(model.program, result.trace, model.model_hash)
-        files.write_atomic(args.trace, trace_bytes(doc))
-    outputs = [{**_summary(t, v), "hash": h.hex()}
-               for t, v, h in zip(model.output_types, result.outputs, result.output_hashes)]
+        doc = trace_to_json(model.program, trace, model.model_hash)
+        files.write_atomic(args.trace, trace_lines(doc) if trace_format == "jsonl" else trace_bytes(doc))
+    outputs = [{**_summary(t, v), "name": n, "hash": h.hex()}
+               for t, n, v, h in zip(model.output_types, model.output_names, result.outputs, result.output_hashes)]
     if args.dequantize:
         for o, v, scale in zip(outputs, values, model.output_scales):
             if scale is not None:
                 o.update(scale=scale, float_min=float(v.min()), float_max=float(v.max()))
     info = {"model_hash": model.model_hash.hex(), "output_hash": result.output_hash.hex(),
-            "trace_root": result.trace.root.hex(), "ops": result.ops, "outputs": outputs,
-            "peak_tensor_bytes": result.peak_bytes, **run_receipt(args, model, result)}
+            "trace_root": trace.root.hex(), "ops": result.ops, "outputs": outputs,
+            "peak_tensor_bytes": result.peak_bytes, "clipped": clipping_json(result.clipping),
+            **run_receipt(args, model, result)}
+    if dumped is not None:
+        info["dumped_tensors"] = dumped
     lines = [f"ok: ops {result.ops}",
              f"model hash  {info['model_hash']}",
              f"output hash {info['output_hash']}",
              f"trace root  {info['trace_root']}"]
-    lines += [f"output {k}: {_type_text(t)} min {o['min']} max {o['max']}"
+    lines += [f"output {k} {o['name']}: {_type_text(t)} min {o['min']} max {o['max']}"
               + (f" (as floats {o['float_min']:.6g} .. {o['float_max']:.6g})" if "float_min" in o else "")
               for k, (t, o) in enumerate(zip(model.output_types, outputs))]
+    if dumped is not None:
+        lines.append(f"wrote {dumped} tensors to {args.dump_tensors}")
     return EXIT_OK, info, "\n".join(lines)
 
 
@@ -92,8 +141,6 @@ def cmd_run(args: argparse.Namespace) -> Reply:
 def run_receipt(args: argparse.Namespace, model: Model, result: Result) -> dict[str, Any]:
     """For cmd_run: write the receipt when --receipt is given; the info entries to add."""
     if args.receipt is None:
-        if args.sign is not None:
-            raise InputError("argument", "--sign needs --receipt")
         return {}
     r = receipt.make_receipt(model, result)
     if args.sign is not None:
@@ -103,10 +150,10 @@ def run_receipt(args: argparse.Namespace, model: Model, result: Result) -> dict[
 
 
 def cmd_convert(args: argparse.Namespace) -> Reply:
-    data = files.read_bytes(args.source, "model")
-    if native.is_native(data):
+    data = read_kind(args.source, kinds.MODEL, "model")
+    if kinds.detect(data) == kinds.NATIVE:
         if args.params:
-            raise InputError("argument", "--params is only for Cortex graph JSON input")
+            raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {args.source} is a native model")
         model = load(data)
         graph, blob = cortex.write_cortex(model.program.model, model.program.types)
         params_out = args.params_out or str(Path(args.out).with_suffix(".params"))
@@ -118,17 +165,19 @@ def cmd_convert(args: argparse.Namespace) -> Reply:
         note = "; the float scales are dropped (a Cortex graph cannot hold them)" if dropped else ""
         return EXIT_OK, info, f"wrote Cortex graph {args.out} and params {params_out}{note}"
     if args.params_out:
-        raise InputError("argument", "--params-out is only for native input")
-    blob = files.read_bytes(args.params, "params") if args.params else None
-    model = load_cortex(data, blob)
+        raise UsageError("conflict", f"--params-out goes with a native model; {args.source} is a Cortex graph JSON")
+    model = load_model(args.source, args.params)
     files.write_atomic(args.out, model.canonical_bytes)
     info = {"from": "cortex", "to": "native", "out": args.out, "model_hash": model.model_hash.hex()}
     return EXIT_OK, info, f"wrote native model {args.out} (model hash {info['model_hash']})"
 
 
 def cmd_hash(args: argparse.Namespace) -> Reply:
-    if args.target.endswith(".npy") and not args.params:
-        value = files.read_npy(args.target)
+    data = files.read_bytes(args.target, "file")
+    if kinds.detect(data) == kinds.NPY:
+        if args.params:
+            raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {args.target} is a .npy array")
+        value = read_input(args.target)
         try:
             digest = tensor_hash(value)
         except ValueError:
@@ -141,9 +190,12 @@ def cmd_hash(args: argparse.Namespace) -> Reply:
 
 
 def cmd_disasm(args: argparse.Namespace) -> Reply:
+    if args.dot and getattr(args, "json", False):
+        raise UsageError("conflict", "give at most one of --dot and --json")
     model = load_model(args.model, args.params)
     rows = disasm.listing(model.program)
-    return EXIT_OK, {"model_hash": model.model_hash.hex(), "lines": rows}, "\n".join(rows)
+    info = {"model_hash": model.model_hash.hex(), **disasm.program_json(model.program)}
+    return EXIT_OK, info, disasm.dot(model.program) if args.dot else "\n".join(rows)
 
 
 def cmd_ops(args: argparse.Namespace) -> Reply:
@@ -155,6 +207,9 @@ def cmd_ops(args: argparse.Namespace) -> Reply:
 
 
 def cmd_demo(args: argparse.Namespace) -> Reply:
+    if args.export is not None:
+        written = demo.export(args.export)
+        return EXIT_OK, {"exported": written}, "\n".join(f"wrote {p}" for p in written)
     info = demo.run_demo()
     return EXIT_OK, info, demo.render(info)
 
@@ -162,21 +217,24 @@ def cmd_demo(args: argparse.Namespace) -> Reply:
 def add_commands(command: Command) -> None:
     p = command("verify", cmd_verify, "verify a model statically; print ops, gas, input and output types")
     model_args(p)
-    p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
+    ops_limit_arg(p)
 
     p = command("run", cmd_run, "verify and run a model on .npy inputs (float ones quantized at the input's "
                                 "scale); print output hash, trace root, ops")
     model_args(p)
     input_arg(p)
-    p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor hash) as JSON")
+    p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor hash): JSON, or JSON lines "
+                                                   "when FILE ends in .jsonl")
+    p.add_argument("--trace-format", choices=TRACE_FORMATS, help="the trace file's form, whatever its suffix")
     p.add_argument("--save-outputs", metavar="DIR", help="write output_<k>.npy files into DIR")
     p.add_argument("--dequantize", action="store_true",
                    help="outputs with a float scale as float64 values q * scale (saved and summarized)")
-    p.add_argument("--ops-limit", type=int, help="reject the model if it costs more ops than this")
+    p.add_argument("--dump-tensors", metavar="DIR", help="write every tensor into DIR as <id>-<producer>-<name>.npy")
+    ops_limit_arg(p)
     p.add_argument("--receipt", metavar="FILE", help="write the run's receipt (docs/FORMAT.md section 6)")
     p.add_argument("--sign", metavar="KEY", help="sign the receipt with this Ed25519 private key (PEM or raw 32 bytes)")
 
-    p = command("convert", cmd_convert, "convert Cortex (graph JSON + params) <-> native, by the input's type")
+    p = command("convert", cmd_convert, "convert Cortex (graph JSON + params) <-> native, by the input's content")
     p.add_argument("source", help="native model, or Cortex graph JSON")
     p.add_argument("out", help="output: native model, or Cortex graph JSON")
     p.add_argument("--params", help="Cortex params binary of the input")
@@ -188,6 +246,10 @@ def add_commands(command: Command) -> None:
 
     p = command("disasm", cmd_disasm, "list a model's instructions with shapes, precisions and costs")
     model_args(p)
+    p.add_argument("--dot", action="store_true", help="print the model as a Graphviz graph instead "
+                                                       "(cvmvm disasm M --dot > m.dot && dot -Tsvg m.dot > m.svg)")
 
     command("ops", cmd_ops, "print the ISA table: op codes, inputs, outputs, attributes")
-    command("demo", cmd_demo, "classify the bundled digits with the bundled model")
+    p = command("demo", cmd_demo, "classify the bundled digits with the bundled model")
+    p.add_argument("--export", metavar="DIR", help="instead, write the demo's model and two of its images "
+                                                   "(digits.cvm, image0.npy, image1.npy) into DIR")

@@ -5,41 +5,34 @@ from __future__ import annotations
 import argparse
 import sys
 
-from isa.errors import InputError
-from cvmvm import files
+from isa.errors import UsageError
+from serializer import kinds
 from serializer.records import receipt as receipt_codec, stepproof as proof_codec, trace as trace_codec, transactions
+from cvmvm import files
+from cvmvm.vm.execute import Clipping, prepare_inputs
 from cvmvm.tx import receipt, replay, stepproof, tracediff
 from cvmvm.tx.store import Store
-from cvmvm.cli.common import (EXIT_MISMATCH, EXIT_OK, Command, Reply, input_arg, load_model, model_args,
-                              parse_inputs)
+from cvmvm.cli.common import (EXIT_MISMATCH, EXIT_OK, Command, Reply, clipping_json, hash_hex, input_arg, load_model,
+                              model_args, non_negative_int, parse_inputs, positive_int, read_kind, warn_clipping)
 
 
 def _signer(path: str | None) -> bytes | None:
     return None if path is None else receipt.load_public_key(files.read_bytes(path, "public key"), path)
 
 
-def _hash_arg(text: str, what: str) -> bytes:
-    try:
-        digest = bytes.fromhex(text)
-    except ValueError:
-        digest = b""
-    if len(digest) != 32:
-        raise InputError("argument", f"{what} {text!r}: expected 64 hex digits")
-    return digest
-
-
 # -- check-receipt ---------------------------------------------------------------------
 
 def cmd_check_receipt(args: argparse.Namespace) -> Reply:
-    claimed = receipt_codec.decode(files.read_bytes(args.receipt, "receipt", receipt_codec.MAX_RECEIPT_BYTES))
+    claimed = receipt_codec.decode(read_kind(args.receipt, (kinds.RECEIPT,), "receipt", receipt_codec.MAX_RECEIPT_BYTES))
     model = load_model(args.model, args.params)
-    actual = receipt.make_receipt(model, model.run(parse_inputs(args.input), trace=True))
-    checks = receipt.check(claimed, actual, _signer(args.signer))
+    result = model.run(parse_inputs(args.input), trace=True)
+    warn_clipping(result.clipping)
+    checks = receipt.check(claimed, receipt.make_receipt(model, result), _signer(args.signer))
     ok = all(c.ok for c in checks)
-    info = {"match": ok, "fields": [{"field": c.field, "match": c.ok, "claimed": c.claimed, "actual": c.actual}
-                                    for c in checks]}
-    lines = [f"{'match   ' if c.ok else 'MISMATCH'} {c.field}" + ("" if c.ok else f": claimed {c.claimed}, actual {c.actual}")
-             for c in checks]
+    info = {"match": ok, "clipped": clipping_json(result.clipping),
+            "fields": [{"field": c.field, "match": c.ok, "claimed": c.claimed, "actual": c.actual,
+                        "detail": receipt.explain(c)} for c in checks]}
+    lines = [f"{'match   ' if c.ok else 'MISMATCH'} {c.field}: {receipt.explain(c)}" for c in checks]
     lines.append("receipt matches" if ok else "receipt does NOT match")
     return (EXIT_OK if ok else EXIT_MISMATCH), info, "\n".join(lines)
 
@@ -78,9 +71,7 @@ def _progress_bar() -> replay.Progress | None:
 
 
 def cmd_replay(args: argparse.Namespace) -> Reply:
-    if args.workers < 1 or args.batch < 1:
-        raise InputError("argument", "--workers and --batch must be at least 1")
-    txs = transactions.decode_txs(files.read_bytes(args.txs, "transaction file", transactions.MAX_TXS_BYTES))
+    txs = transactions.decode_txs(read_kind(args.txs, (kinds.TXS,), "transaction file", transactions.MAX_TXS_BYTES))
     outcomes = replay.replay(txs, Store(args.store), workers=args.workers, use_ray=args.ray,
                              batch_size=args.batch, signer=_signer(args.signer), progress=_progress_bar())
     summary = replay.summary(outcomes)
@@ -92,8 +83,8 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
 # -- diff ---------------------------------------------------------------------------------
 
 def cmd_diff(args: argparse.Namespace) -> Reply:
-    a = trace_codec.load_trace(files.read_bytes(args.trace_a, "trace"), args.trace_a)
-    b = trace_codec.load_trace(files.read_bytes(args.trace_b, "trace"), args.trace_b)
+    a = trace_codec.load_trace(read_kind(args.trace_a, (kinds.TRACE,), "trace"), args.trace_a)
+    b = trace_codec.load_trace(read_kind(args.trace_b, (kinds.TRACE,), "trace"), args.trace_b)
     report = tracediff.diff(a, b)
     return (EXIT_OK if report["same"] else EXIT_MISMATCH), report, tracediff.render(report)
 
@@ -102,26 +93,29 @@ def cmd_diff(args: argparse.Namespace) -> Reply:
 
 def cmd_prove_step(args: argparse.Namespace) -> Reply:
     model = load_model(args.model, args.params)
-    proof, root = stepproof.prove_step(model, parse_inputs(args.input), args.step)
+    inputs = parse_inputs(args.input)
+    clipped: list[Clipping] = []
+    prepare_inputs(model.program, inputs, clipped)
+    warn_clipping(clipped)
+    proof, root = stepproof.prove_step(model, inputs, args.step)
     files.write_atomic(args.out, proof_codec.encode(proof))
     info = {"proof": args.out, "step": proof.step, "op": proof.op, "trace_root": root.hex(),
-            "model_hash": model.model_hash.hex()}
+            "model_hash": model.model_hash.hex(), "clipped": clipping_json(clipped)}
     return EXIT_OK, info, f"wrote proof of instruction {proof.step} ({proof.op}) to {args.out}\ntrace root {root.hex()}"
 
 
 def cmd_check_step(args: argparse.Namespace) -> Reply:
-    proof = proof_codec.decode(files.read_bytes(args.proof, "step proof", proof_codec.MAX_PROOF_BYTES))
-    root = _hash_arg(args.root, "--root")
     if args.model is not None and args.store is not None:
-        raise InputError("argument", "give at most one of --model and --store")
+        raise UsageError("conflict", "give at most one of --model and --store")
     if args.params is not None and args.model is None:
-        raise InputError("argument", "--params goes with --model")
+        raise UsageError("conflict", "--params goes with --model")
+    proof = proof_codec.decode(read_kind(args.proof, (kinds.STEP_PROOF,), "step proof", proof_codec.MAX_PROOF_BYTES))
     model = None
     if args.model is not None:
         model = load_model(args.model, args.params)
     elif args.store is not None:
         model = Store(args.store).get(proof.model_hash)
-    checks = stepproof.check_step(proof, root, model)
+    checks = stepproof.check_step(proof, args.root, model)
     ok = all(c.ok for c in checks)
     info = {"valid": ok, "step": proof.step, "op": proof.op,
             "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]}
@@ -140,7 +134,7 @@ def add_commands(command: Command) -> None:
     p.add_argument("--signer", metavar="PUBKEY", help="require this Ed25519 signer (PEM or raw 32-byte public key)")
 
     p = command("store", cmd_store_list, "a model store: a directory of native models named by model hash")
-    actions = p.add_subparsers(dest="store_command", required=True)
+    actions = p.add_subparsers(dest="store_command", required=True, metavar="{add,list}")
     add = actions.add_parser("add", help="add a Cortex or native model; print its hash")
     add.add_argument("dir", help="store directory (created if missing)")
     model_args(add)
@@ -154,9 +148,10 @@ def add_commands(command: Command) -> None:
     p = command("replay", cmd_replay, "re-execute a file of transactions and check every claimed receipt")
     p.add_argument("txs", help="transaction file (docs/FORMAT.md section 7)")
     p.add_argument("--store", required=True, help="model store directory")
-    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1: this process)")
+    p.add_argument("--workers", type=positive_int, default=1, help="worker processes (default 1: this process)")
     p.add_argument("--ray", action="store_true", help="run on Ray (pip install cvmvm[ray]); --workers is then a hint")
-    p.add_argument("--batch", type=int, default=replay.DEFAULT_BATCH, help="most transactions in one batched run")
+    p.add_argument("--batch", type=positive_int, default=replay.DEFAULT_BATCH,
+                   help="most transactions in one batched run")
     p.add_argument("--signer", metavar="PUBKEY", help="require every receipt signed by this Ed25519 key")
     p.add_argument("--all", action="store_true", help="print a line for every transaction, not only those that "
                                                       "did not hold (--json always lists every one)")
@@ -168,12 +163,12 @@ def add_commands(command: Command) -> None:
     p = command("prove-step", cmd_prove_step, "write a proof of one instruction of a run against its trace root")
     model_args(p)
     input_arg(p)
-    p.add_argument("--step", type=int, required=True, help="the instruction's index")
+    p.add_argument("--step", type=non_negative_int, required=True, help="the instruction's index (from 0)")
     p.add_argument("--out", required=True, help="proof file to write")
 
     p = command("check-step", cmd_check_step, "check a step proof: re-execute its one instruction, check every inclusion proof")
     p.add_argument("proof", help="step proof file (cvmvm prove-step)")
-    p.add_argument("--root", required=True, help="the trace root (64 hex digits)")
+    p.add_argument("--root", type=hash_hex, required=True, help="the trace root (64 hex digits)")
     p.add_argument("--model", help="optional: also confirm the proof names this model's instruction "
                                    "(native, or Cortex graph JSON)")
     p.add_argument("--params", help="Cortex params binary (with a graph JSON)")

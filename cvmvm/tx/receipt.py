@@ -131,6 +131,37 @@ def check(claimed: Receipt, actual: Receipt, signer: bytes | None = None) -> lis
     return checks
 
 
+def _inputs_text(claimed: Any, actual: Any) -> str:
+    claimed_names = [e["name"] for e in claimed]
+    actual_names = [e["name"] for e in actual]
+    if claimed_names != actual_names:
+        return f"the receipt lists inputs {', '.join(claimed_names) or 'none'}; the model takes {', '.join(actual_names)}"
+    differ = [f"input {c['name']} hashes to {a['hash']}, the receipt claims {c['hash']}"
+              for c, a in zip(claimed, actual) if c["hash"] != a["hash"]]
+    if differ:
+        return "; ".join(differ)
+    return "every input hashes as claimed (" + ", ".join(f"{c['name']} {c['hash']}" for c in claimed) + ")"
+
+
+def explain(c: FieldCheck) -> str:
+    """One check in words: what holds, or what the receipt claims against what was found."""
+    if c.field == "inputs":
+        return _inputs_text(c.claimed, c.actual)
+    if c.field == "signature":
+        return ("the signature verifies under the receipt's public key" if c.ok else
+                "the signature does not verify under the receipt's public key: the receipt was changed after "
+                "it was signed, or signed by another key")
+    if c.field == "signer":
+        if c.ok:
+            return f"signed by {c.claimed}, as --signer requires"
+        if c.claimed is None:
+            return f"the receipt is unsigned; --signer requires {c.actual}"
+        return f"signed by {c.claimed}; --signer requires {c.actual}"
+    if c.ok:
+        return str(c.actual)
+    return f"the receipt claims {c.claimed}; re-execution gives {c.actual}"
+
+
 def mismatches(claimed: Receipt, actual: Receipt, signer: bytes | None = None) -> tuple[str, ...]:
     """The names of the fields that do not hold, in report order."""
     return tuple(field for field, ok in _verdicts(claimed, actual, signer) if not ok)

@@ -24,7 +24,7 @@ from isa.errors import CvmError, InputError
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer import native
-from serializer.hashing import INSTR, leaf_hash, merkle_proof, node_digest, root_from_proof, tensor_hash, trace_root
+from serializer.hashing import INSTR, KIND_NAMES, leaf_hash, merkle_proof, node_digest, root_from_proof, tensor_hash, trace_root
 from serializer.records.stepproof import Claim, Operand, StepProof
 from cvmvm.vm.api import Model
 from cvmvm.vm.execute import execute
@@ -38,7 +38,8 @@ def prove_step(model: Model, inputs: Mapping[str, np.ndarray], step: int) -> tup
     """Run the model once, traced, keeping instruction ``step``'s inputs; return its proof and the trace root."""
     program = model.program
     if not 0 <= step < len(program.steps):
-        raise InputError("step", f"step {step} is not an instruction of the model (it has {len(program.steps)})")
+        raise InputError("step", f"step {step} is out of range: the model's instructions are 0 to "
+                                 f"{len(program.steps) - 1}")
     s = program.steps[step]
     tracer = Tracer(program, model.model_hash)
     kept: dict[int, np.ndarray] = {}
@@ -68,17 +69,24 @@ class Check:
     detail: str = ""
 
 
+def _said(ok: bool, holds: str, fails: str) -> str:
+    return holds if ok else fails
+
+
 def _structure(p: StepProof) -> list[Check]:
     """Tensor ids and trace positions consistent with one instruction of some program."""
     first = p.outputs[0].tensor
-    checks = [Check("output ids", all(c.tensor == first + j for j, c in enumerate(p.outputs))
-                    and first + len(p.outputs) <= p.leaves,
-                    f"outputs {[c.tensor for c in p.outputs]} must be consecutive ids below {p.leaves}")]
+    ids = [c.tensor for c in p.outputs]
+    ok = all(c.tensor == first + j for j, c in enumerate(p.outputs)) and first + len(p.outputs) <= p.leaves
+    checks = [Check("output ids", ok, _said(ok, f"outputs {ids} are consecutive tensor ids below {p.leaves}",
+                                            f"outputs {ids} are not consecutive tensor ids below {p.leaves}"))]
     for k, o in enumerate(p.inputs):
         ok = o.tensor < first and (o.index < p.step if o.kind == INSTR else o.output == 0)
+        where = (f"tensor {o.tensor} ({KIND_NAMES[o.kind] if o.kind < len(KIND_NAMES) else o.kind} {o.index}, "
+                 f"output {o.output})")
         checks.append(Check(f"input {k} position", ok,
-                            f"tensor {o.tensor}, (kind {o.kind}, index {o.index}, output {o.output}) "
-                            f"before instruction {p.step}'s outputs"))
+                            _said(ok, f"{where} is produced before instruction {p.step}",
+                                  f"{where} cannot be an input of instruction {p.step}: it is not produced before it")))
     return checks
 
 
@@ -89,16 +97,23 @@ def _inclusion(p: StepProof, root: bytes) -> list[Check]:
     for k, o in enumerate(p.inputs):
         leaf = leaf_hash(o.tensor, o.kind, o.index, o.output, o.type.precision, o.node,
                          tensor_hash(o.value, o.type.dtype))
-        checks.append(Check(f"input {k} in trace", _reaches(root_from_proof(leaf, o.tensor, p.leaves, o.path), p, root),
-                            f"tensor {o.tensor}, leaf {o.tensor} of {p.leaves}"))
+        ok = _reaches(root_from_proof(leaf, o.tensor, p.leaves, o.path), p, root)
+        checks.append(Check(f"input {k} in trace", ok, _inclusion_text(ok, "its value", o.tensor, p.leaves, root)))
     # The outputs' leaves commit to this instruction itself: op, tensor ids, every attribute.
     node = node_digest(native.instr_descriptor(p.op, tuple(o.tensor for o in p.inputs),
                                                tuple(c.tensor for c in p.outputs), p.attrs))
     for j, c in enumerate(p.outputs):
         leaf = leaf_hash(c.tensor, INSTR, p.step, j, c.type.precision, node, c.digest)
-        checks.append(Check(f"output {j} in trace", _reaches(root_from_proof(leaf, c.tensor, p.leaves, c.path), p, root),
-                            f"tensor {c.tensor}, leaf {c.tensor} of {p.leaves}"))
+        ok = _reaches(root_from_proof(leaf, c.tensor, p.leaves, c.path), p, root)
+        checks.append(Check(f"output {j} in trace", ok, _inclusion_text(ok, "its hash", c.tensor, p.leaves, root)))
     return checks
+
+
+def _inclusion_text(ok: bool, what: str, tensor: int, leaves: int, root: bytes) -> str:
+    if ok:
+        return f"tensor {tensor} (leaf {tensor} of {leaves}) and its path lead to root {root.hex()}"
+    return (f"tensor {tensor} (leaf {tensor} of {leaves}) with its path does not lead to root {root.hex()}: "
+            f"{what}, its position, its producer or its path is not what that trace committed to")
 
 
 def _reaches(tree: bytes | None, p: StepProof, root: bytes) -> bool:
@@ -115,13 +130,19 @@ def _reexecute(p: StepProof) -> list[Check]:
         program = verify_instruction(OP_BY_NAME[p.op], p.attrs, [(o.type, o.value) for o in p.inputs])
         values, _ = execute(program, {f"in{k}": o.value for k, o in enumerate(p.inputs)})
     except CvmError as e:
-        return [Check("instruction", False, f"{e.code}: {e.message}")]
+        return [Check("instruction", False, f"{p.op} does not verify and run over the proof's inputs: "
+                                            f"{e.code}: {e.message}")]
     checks = [Check("instruction", True, f"{p.op} verifies over the proof's input types")]
     for j, (c, t, v) in enumerate(zip(p.outputs, program.output_types, values)):
-        checks.append(Check(f"output {j} type", t == c.type, f"inferred {_text(t)}, proof says {_text(c.type)}"))
+        ok = t == c.type
+        checks.append(Check(f"output {j} type", ok, _said(ok, f"{_text(t)}, as inferred",
+                                                          f"the proof says {_text(c.type)}; the instruction "
+                                                          f"infers {_text(t)}")))
         got = tensor_hash(v, t.dtype)
-        checks.append(Check(f"output {j} value", got == c.digest,
-                            f"recomputed hash {got.hex()}, trace has {c.digest.hex()}"))
+        ok = got == c.digest
+        checks.append(Check(f"output {j} value", ok,
+                            _said(ok, f"re-executed, it hashes to {got.hex()}, as the trace says",
+                                  f"re-executed, it hashes to {got.hex()}; the trace says {c.digest.hex()}")))
     return checks
 
 
@@ -129,7 +150,8 @@ def _binding(p: StepProof, model: Model) -> list[Check]:
     """The proof's instruction, ids, types and positions are the model's instruction ``step``."""
     program = model.program
     if p.step >= len(program.steps):
-        return [Check("model instruction", False, f"the model has {len(program.steps)} instructions")]
+        return [Check("model instruction", False, f"the proof names instruction {p.step}; the model's "
+                                                   f"instructions are 0 to {len(program.steps) - 1}")]
     s = program.steps[p.step]
     positions = trace_layout(program).positions
     same = (p.model_hash == model.model_hash and p.leaves == len(program.types) and p.op == s.op.name
@@ -138,8 +160,11 @@ def _binding(p: StepProof, model: Model) -> list[Check]:
             and all(o.type == program.types[o.tensor] and (o.kind, o.index, o.output) == positions[o.tensor]
                     for o in p.inputs)
             and all(c.type == program.types[c.tensor] for c in p.outputs))
-    return [Check("model instruction", same, f"instruction {p.step} of model {model.model_hash.hex()}: "
-                                             f"{s.op.name} {list(s.inputs)} -> {list(s.outputs)}")]
+    named = f"instruction {p.step} of model {model.model_hash.hex()}: {s.op.name} {list(s.inputs)} -> {list(s.outputs)}"
+    return [Check("model instruction", same, _said(same, f"the proof is {named}",
+                                                   f"the proof ({p.op} {[o.tensor for o in p.inputs]} -> "
+                                                   f"{[c.tensor for c in p.outputs]} of model {p.model_hash.hex()}) "
+                                                   f"is not {named}"))]
 
 
 def check_step(p: StepProof, root: bytes, model: Model | None = None) -> list[Check]:

@@ -57,6 +57,10 @@ def diff(a: TraceFile, b: TraceFile) -> dict[str, Any]:
     return report
 
 
+def _value(v: Any) -> str:
+    return "(" + ",".join(map(str, v)) + ")" if isinstance(v, list) else str(v)
+
+
 def render(report: dict[str, Any]) -> str:
     if report["same"]:
         return f"identical: trace root {report['root']}"
@@ -76,7 +80,8 @@ def render(report: dict[str, Any]) -> str:
         return "\n".join(lines)
     lines.append(f"first differing instruction: {ins['index']} {ins['op']} ({ins['name']}) output {ins['output']} "
                  f"(tensor {ins['tensor']})")
-    lines.append(f"  attrs   {ins['attrs']}")
+    attrs = ins["attrs"] if isinstance(ins["attrs"], dict) else {}
+    lines.append("  attrs   " + (" ".join(f"{k}={_value(v)}" for k, v in attrs.items()) or "none"))
     for e in ins["inputs"]:
         lines.append(f"  input   tensor {e['tensor']} {e['dtype']}{e['shape']} p{e['precision']} hash {e['hash']}")
     for e in ins["outputs"]:

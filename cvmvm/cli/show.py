@@ -1,0 +1,218 @@
+"""`cvmvm show FILE`: any cvmvm file as readable text or JSON, its kind told from its content.
+
+Each kind is decoded by its own codec (serializer.native, serializer.cortex,
+serializer.records.*, the .npy reader), so what ``show`` prints is what every
+other command reads; ``serializer.kinds`` tells the kinds apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from isa.attrs import attrs_to_dict
+from isa.errors import CvmError, MalformedError, UsageError
+from serializer import cortex, kinds, native
+from serializer.cortex.json_text import load_json
+from serializer.cortex.params import read_params
+from serializer.hashing import KIND_NAMES, tensor_hash
+from serializer.model import Model as ModelIR
+from serializer.records import receipt as receipt_codec, stepproof as proof_codec, trace as trace_codec, transactions
+from isa.types import TensorType
+from cvmvm import files
+from cvmvm.vm import disasm
+from cvmvm.vm.verify import verify
+from cvmvm.cli.common import EXIT_OK, Command, Reply, read_kind
+
+Shown = tuple[dict[str, Any], list[str]]
+
+
+def _t(t: TensorType) -> str:
+    return f"{t.dtype}{list(t.shape)}" + ("" if t.precision is None else f" p{t.precision}")
+
+
+def _type_json(t: TensorType) -> dict[str, Any]:
+    return {"dtype": t.dtype, "shape": list(t.shape), "precision": t.precision}
+
+
+def _attrs(record: Any) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in attrs_to_dict(record).items()}
+
+
+def _model(ir: ModelIR, model_hash: bytes, title: str) -> Shown:
+    """A decoded model: verified, its listing; otherwise its structure and why it does not verify."""
+    info: dict[str, Any] = {"model_hash": model_hash.hex(), "inputs": [{"name": i.name, **_type_json(i.type)}
+                                                                       for i in ir.inputs],
+                            "params": len(ir.params), "instructions": len(ir.instrs), "outputs": list(ir.outputs)}
+    lines = [f"{title}, model hash {model_hash.hex()}",
+             f"{len(ir.inputs)} inputs, {len(ir.params)} params, {len(ir.instrs)} instructions, "
+             f"outputs {list(ir.outputs)}"]
+    try:
+        program = verify(ir)
+    except CvmError as e:
+        info["verified"] = {"error": e.code, "message": e.message}
+        lines += [f"input {i.name}: {_t(i.type)}" for i in ir.inputs]
+        lines += [f"instruction {k}: {ins.op} {ins.name}" for k, ins in enumerate(ir.instrs)]
+        lines.append(f"does NOT verify: {e.code}: {e.message}")
+        return info, lines
+    info["verified"] = True
+    info.update(disasm.program_json(program))
+    return info, lines + disasm.listing(program)
+
+
+def _native(data: bytes) -> Shown:
+    ir = native.decode(data)
+    info, lines = _model(ir, hashlib.sha256(data).digest(), f"native model (format version {native.FORMAT_VERSION})")
+    return {"format_version": native.FORMAT_VERSION, **info}, lines
+
+
+def _cortex_graph(data: bytes, path: str, params: str | None) -> Shown:
+    doc = load_json(data, "graph_json", path)
+    if type(doc) is not dict or type(doc.get("nodes")) is not list:
+        raise MalformedError("graph_json", f"{path}: a Cortex graph is a JSON object with a list of nodes")
+    nodes = [n if type(n) is dict else {} for n in doc["nodes"]]
+    if params is None and any(n.get("op") == "null" and n.get("name") != cortex.DATA for n in nodes):
+        # Its variables other than data come from a params file: without it, the nodes as written.
+        return _graph_nodes(doc, nodes)
+    blob = None if params is None else read_kind(params, (kinds.CORTEX_PARAMS,), "params")
+    ir = cortex.read_cortex(doc, blob)
+    return _model(ir, hashlib.sha256(native.encode(ir)).digest(), "Cortex graph JSON")
+
+
+def _graph_nodes(doc: dict[str, Any], nodes: list[dict[str, Any]]) -> Shown:
+    rows = [{"node": k, "op": n.get("op"), "name": n.get("name"),
+             "inputs": [e[0] for e in n.get("inputs", []) if type(e) is list and e]} for k, n in enumerate(nodes)]
+    lines = [f"Cortex graph JSON, version {doc.get('version')}: {len(rows)} nodes, heads {doc.get('heads')}",
+             "(its params file is needed to decode it as a model: cvmvm show GRAPH --params PARAMS)"]
+    lines += [f"node {r['node']}: " + (f"variable {r['name']}" if r["op"] == "null" else
+                                       f"{r['op']} {r['name']} <- nodes {r['inputs']}") for r in rows]
+    return {"version": doc.get("version"), "nodes": rows, "heads": doc.get("heads")}, lines
+
+
+def _params(data: bytes) -> Shown:
+    arrays = read_params(data)
+    rows = [{"name": n, "shape": list(a.values.shape), "bits": a.bits,
+             "min": int(a.values.min()), "max": int(a.values.max())} for n, a in arrays.items()]
+    lines = [f"Cortex params binary: {len(rows)} arrays"]
+    lines += [f"{r['name']}: int{r['bits']}{r['shape']} min {r['min']} max {r['max']}" for r in rows]
+    return {"arrays": rows}, lines
+
+
+def _receipt_json(r: receipt_codec.Receipt) -> dict[str, Any]:
+    return {"model_hash": r.model_hash.hex(), "inputs": [{"name": n, "hash": h.hex()} for n, h in r.inputs],
+            "output_hash": r.output_hash.hex(), "trace_root": r.trace_root.hex(), "ops": r.ops,
+            "signer": None if r.signer is None else {"public_key": r.signer.public_key.hex(),
+                                                     "signature": r.signer.signature.hex()}}
+
+
+def _receipt_lines(r: receipt_codec.Receipt) -> list[str]:
+    lines = [f"model hash  {r.model_hash.hex()}"]
+    lines += [f"input {n}: hash {h.hex()}" for n, h in r.inputs]
+    lines += [f"output hash {r.output_hash.hex()}", f"trace root  {r.trace_root.hex()}", f"ops {r.ops}",
+              "unsigned" if r.signer is None else f"signed by {r.signer.public_key.hex()}"]
+    return lines
+
+
+def _receipt(data: bytes) -> Shown:
+    r = receipt_codec.decode(data)
+    lines = [f"receipt (format version {receipt_codec.RECEIPT_VERSION})", *_receipt_lines(r)]
+    return {"format_version": receipt_codec.RECEIPT_VERSION, **_receipt_json(r)}, lines
+
+
+def _trace(data: bytes, path: str) -> Shown:
+    t = trace_codec.load_trace(data, path)
+    rows = [e.row for e in t.entries]
+    lines = [f"trace ({trace_codec.TRACE_FORMAT}): {len(rows)} tensors, model hash {t.model_hash}, root {t.root}"]
+    for r in rows:
+        what = r["kind"] if r["kind"] != "instr" else f"{r.get('op')} (instruction {r['index']})"
+        prec = "" if r.get("precision") is None else f" p{r['precision']}"
+        lines.append(f"%{r['tensor']:<4} {r.get('name')}: {what}, {r.get('dtype')}{r.get('shape')}{prec}, "
+                     f"hash {r['hash']}")
+    return {"format": trace_codec.TRACE_FORMAT, "model_hash": t.model_hash, "root": t.root, "entries": rows}, lines
+
+
+def _proof(data: bytes) -> Shown:
+    p = proof_codec.decode(data)
+    inputs = [{"tensor": o.tensor, "kind": KIND_NAMES[o.kind], "index": o.index, "output": o.output,
+               **_type_json(o.type), "hash": tensor_hash(o.value, o.type.dtype).hex(), "path": len(o.path)}
+              for o in p.inputs]
+    outputs = [{"tensor": c.tensor, **_type_json(c.type), "hash": c.digest.hex(), "path": len(c.path)}
+               for c in p.outputs]
+    info = {"format_version": proof_codec.PROOF_VERSION, "model_hash": p.model_hash.hex(), "leaves": p.leaves,
+            "step": p.step, "op": p.op, "attrs": _attrs(p.attrs), "inputs": inputs, "outputs": outputs}
+    lines = [f"step proof (format version {proof_codec.PROOF_VERSION}): instruction {p.step}, {p.op} "
+             f"{' '.join(f'{k}={v}' for k, v in info['attrs'].items())}",
+             f"model hash {p.model_hash.hex()}, {p.leaves} trace leaves"]
+    lines += [f"input  %{o['tensor']} ({o['kind']} {o['index']}): {_t(x.type)}, hash {o['hash']}, "
+              f"path of {o['path']}" for o, x in zip(inputs, p.inputs)]
+    lines += [f"output %{o['tensor']}: {_t(c.type)}, hash {o['hash']}, path of {o['path']}"
+              for o, c in zip(outputs, p.outputs)]
+    return info, lines
+
+
+def _txs(data: bytes) -> Shown:
+    txs = transactions.decode_txs(data)
+    rows = [{"model_hash": tx.model_hash.hex(),
+             "inputs": [{"name": n, "dtype": str(v.dtype), "shape": list(v.shape)} for n, v in tx.inputs],
+             "receipt": _receipt_json(tx.receipt)} for tx in txs]
+    lines = [f"transaction file (format version {transactions.TXS_VERSION}): {len(rows)} transactions"]
+    for k, (tx, row) in enumerate(zip(txs, rows)):
+        ins = ", ".join(f"{i['name']} {i['dtype']}{i['shape']}" for i in row["inputs"])
+        signed = "unsigned" if tx.receipt.signer is None else f"signed by {tx.receipt.signer.public_key.hex()[:16]}..."
+        lines.append(f"tx {k}: model {row['model_hash'][:16]}..., inputs {ins}, claims output hash "
+                     f"{row['receipt']['output_hash'][:16]}..., {signed}")
+    return {"format_version": transactions.TXS_VERSION, "transactions": rows}, lines
+
+
+def _npy(path: str) -> Shown:
+    value = files.read_npy(path)
+    info: dict[str, Any] = {"dtype": str(value.dtype), "shape": list(value.shape)}
+    lines = [f".npy array: {value.dtype}{list(value.shape)}"]
+    if value.size and value.dtype.kind in "iuf":
+        lo, hi = (int(value.min()), int(value.max())) if value.dtype.kind in "iu" else \
+            (float(np.nanmin(value)), float(np.nanmax(value)))
+        info.update(min=lo, max=hi)
+        lines.append(f"min {lo} max {hi}")
+    try:
+        info["tensor_hash"] = tensor_hash(value).hex()
+        lines.append(f"tensor hash {info['tensor_hash']}")
+    except ValueError:
+        lines.append(f"dtype {value.dtype} is not a VM dtype: no tensor hash")
+    return info, lines
+
+
+def cmd_show(args: argparse.Namespace) -> Reply:
+    data = files.read_bytes(args.file, "file")
+    kind = kinds.detect(data)
+    if args.params is not None and kind != kinds.CORTEX_GRAPH:
+        raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {args.file} is "
+                                     f"{kind or 'no cvmvm file'}")
+    if kind is None:
+        raise MalformedError("kind", f"{args.file}: not a cvmvm file (one of: {', '.join(kinds.KINDS)})")
+    if kind == kinds.NATIVE:
+        info, lines = _native(data)
+    elif kind == kinds.CORTEX_GRAPH:
+        info, lines = _cortex_graph(data, args.file, args.params)
+    elif kind == kinds.CORTEX_PARAMS:
+        info, lines = _params(data)
+    elif kind == kinds.RECEIPT:
+        info, lines = _receipt(data)
+    elif kind == kinds.TRACE:
+        info, lines = _trace(data, args.file)
+    elif kind == kinds.STEP_PROOF:
+        info, lines = _proof(data)
+    elif kind == kinds.TXS:
+        info, lines = _txs(data)
+    else:
+        info, lines = _npy(args.file)
+    return EXIT_OK, {"kind": kind, **info}, "\n".join(lines)
+
+
+def add_commands(command: Command) -> None:
+    p = command("show", cmd_show, "decode any cvmvm file (model, Cortex graph or params, receipt, trace, "
+                                  "step proof, transaction file, .npy) to text, telling its kind from its content")
+    p.add_argument("file", help="the file to show")
+    p.add_argument("--params", help="a Cortex graph's params binary, to show the graph as a verified model")
