@@ -83,7 +83,7 @@ def attr_fields(record: type) -> tuple[FieldSpec, ...]:
     )
 
 
-def well_typed(kind: str, value: Any, sequence: type = tuple) -> bool:
+def well_typed(kind: str, value: Any, sequence: type[tuple[Any, ...]] | type[list[Any]] = tuple) -> bool:
     """Whether a value is of an attribute kind; INTS values are ``sequence``s (a wire format's arrays are lists)."""
     # type(v) is int, not isinstance: True is an int to isinstance.
     if kind == INT:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class TensorType:
         return len(self.shape)
 
 
-def check_shape(shape: Shape, where: str) -> None:
+def check_shape(shape: Sequence[int], where: str) -> None:
     """The ISA's limits on every tensor: rank in [1, 6], dims in [1, 2^24], at most 2^30 elements."""
     if not 1 <= len(shape) <= MAX_RANK:
         raise LimitError("rank", f"{where}: rank {len(shape)} must be in [1, {MAX_RANK}]")
@@ -71,7 +72,7 @@ def check_shape(shape: Shape, where: str) -> None:
         raise LimitError("size", f"{where}: {shape_size(shape)} elements in shape {tuple(shape)} exceed 2^30")
 
 
-def shape_size(shape: Shape) -> int:
+def shape_size(shape: Sequence[int]) -> int:
     """Number of elements, as an unbounded Python int."""
     n = 1
     for d in shape:

@@ -62,7 +62,7 @@ def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
         raise ValueError(f"a {value.dtype} array is not of VM dtype {dtype}")
     data = canonical_array(value, own)
     h = hashlib.sha256(tensor_header(own, data.shape))
-    h.update(memoryview(data).cast("B"))
+    h.update(data.data.cast("B"))
     return h.digest()
 
 

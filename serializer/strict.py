@@ -10,6 +10,7 @@ a receipt that does not decode is ``malformed.receipt``, a transaction file
 
 from __future__ import annotations
 
+import builtins
 import struct
 from typing import Any, Callable, TypeVar
 
@@ -29,6 +30,9 @@ Record = TypeVar("Record")
 
 class Reader:
     """Typed checks on an unpacked value; every structural fault is ``malformed.<reason>``.
+
+    (Its methods int, str and list shadow the builtins inside the class: annotations after
+    them name the builtins through ``builtins``.)
 
     A well-typed value outside its domain (an unknown dtype, a dim or a
     precision out of range) is a structural fault of a record, but the model
@@ -54,7 +58,8 @@ class Reader:
             raise self.fail(f"{where}: keys {list(value)} must be exactly {list(keys)} in that order")
         return value
 
-    def int(self, value: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    def int(self, value: Any, where: builtins.str, lo: builtins.int | None = None,
+            hi: builtins.int | None = None) -> builtins.int:
         """An integer (a bool is not one), in [lo, hi] when given."""
         if type(value) is not int:
             raise self.fail(f"{where}: expected an integer, got {value!r}")
@@ -62,31 +67,31 @@ class Reader:
             raise self.fail(f"{where}: {value} is not in [{lo}, {hi}]")
         return value
 
-    def str(self, value: Any, where: str) -> str:
+    def str(self, value: Any, where: builtins.str) -> builtins.str:
         if type(value) is not str:
             raise self.fail(f"{where}: expected a string, got {value!r}")
         return value
 
-    def list(self, value: Any, where: str, max_len: int | None = None) -> list[Any]:
+    def list(self, value: Any, where: builtins.str, max_len: builtins.int | None = None) -> builtins.list[Any]:
         if type(value) is not list:
             raise self.fail(f"{where}: expected an array")
         if max_len is not None and len(value) > max_len:
             raise self.fail(f"{where}: {len(value)} items exceed {max_len}")
         return value
 
-    def bin(self, value: Any, where: str, size: int | None = None) -> bytes:
+    def bin(self, value: Any, where: builtins.str, size: builtins.int | None = None) -> bytes:
         if type(value) is not bytes:
             raise self.fail(f"{where}: expected bin")
         if size is not None and len(value) != size:
             raise self.fail(f"{where}: {len(value)} bytes, expected {size}")
         return value
 
-    def const(self, value: Any, expected: str | int, where: str) -> None:
+    def const(self, value: Any, expected: builtins.str | builtins.int, where: builtins.str) -> None:
         """A fixed format name or version (type checked too: 1 is not True)."""
         if type(value) is not type(expected) or value != expected:
             raise self.fail(f"{where} is {value!r}, expected {expected!r}")
 
-    def shape(self, value: Any, where: str) -> tuple[int, ...]:
+    def shape(self, value: Any, where: builtins.str) -> tuple[builtins.int, ...]:
         shape = tuple(self.int(d, where) for d in self.list(value, where))
         try:
             check_shape(shape, where)
@@ -97,12 +102,12 @@ class Reader:
             raise self.out_of_domain(e) from None
         return shape
 
-    def dtype(self, value: Any, where: str) -> str:
+    def dtype(self, value: Any, where: builtins.str) -> builtins.str:
         if self.str(value, where) not in DTYPES:
             raise self.out_of_domain(InvalidError("dtype", f"{where}: dtype {value!r} is not one of {list(DTYPES)}"))
         return value
 
-    def tensor_type(self, e: dict[str, Any], where: str) -> TensorType:
+    def tensor_type(self, e: dict[builtins.str, Any], where: builtins.str) -> TensorType:
         """The dtype, shape and precision keys of ``e``: a precision in [1, 32] or nil for int32
         (nil: a raw int32 tensor, INT32_MIN included, which only max_pool accepts), nil otherwise."""
         dtype = self.dtype(e["dtype"], f"{where}.dtype")
@@ -118,7 +123,8 @@ class Reader:
                     "precision", f"{where}: precision {precision} of an int32 tensor must be in [1, 32]"))
         return TensorType(shape, precision, dtype)
 
-    def array(self, dtype: str, shape: tuple[int, ...], data: Any, where: str, storage: str | None = None) -> np.ndarray:
+    def array(self, dtype: builtins.str, shape: tuple[builtins.int, ...], data: Any, where: builtins.str,
+              storage: builtins.str | None = None) -> np.ndarray:
         """Row-major little-endian bytes of ``storage`` (default: ``dtype``) -> a read-only array
         of ``dtype``; the length is checked before any array is built."""
         wire = DTYPES[storage or dtype].newbyteorder("<")
@@ -127,12 +133,12 @@ class Reader:
         value.setflags(write=False)
         return value
 
-    def tensor(self, e: dict[str, Any], where: str) -> np.ndarray:
+    def tensor(self, e: dict[builtins.str, Any], where: builtins.str) -> np.ndarray:
         """The dtype, shape and data keys of ``e`` (tensor_to_wire) -> array."""
         dtype = self.dtype(e["dtype"], f"{where}.dtype")
         return self.array(dtype, self.shape(e["shape"], f"{where}.shape"), e["data"], f"{where}.data")
 
-    def attrs(self, record: type, raw: Any, where: str) -> Any:
+    def attrs(self, record: type, raw: Any, where: builtins.str) -> Any:
         """Every attribute of ``record``, in declared order, each of its kind; parse_attrs
         then checks the domains (invalid.attr)."""
         specs = attr_fields(record)

@@ -15,11 +15,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from isa.errors import MalformedError, UsageError
+from isa.errors import InternalError, MalformedError, UsageError
 from serializer import kinds
 from cvmvm import files
-from cvmvm.vm.api import Model, load
+from cvmvm.vm.api import Model, Result, load
 from cvmvm.vm.execute import Clipping
+from cvmvm.vm.trace import Trace
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1   # the command ran, and what it checked does not hold
@@ -87,8 +88,10 @@ class _InputSpecs(argparse.Action):
 
 def model_args(p: argparse.ArgumentParser, flag: str = "model") -> None:
     """A MODEL (positional ``model``, or a required option such as ``--model``) and its --params."""
-    extra = {"required": True} if flag.startswith("-") else {}
-    p.add_argument(flag, help="native model (.cvm) or Cortex graph JSON", **extra)
+    if flag.startswith("-"):
+        p.add_argument(flag, required=True, help="native model (.cvm) or Cortex graph JSON")
+    else:
+        p.add_argument(flag, help="native model (.cvm) or Cortex graph JSON")
     p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
 
 
@@ -145,6 +148,13 @@ def input_specs(texts: Sequence[str], flag: str) -> list[tuple[str, str]]:
             raise UsageError("argument", f"{flag}: input {name!r} given twice")
         specs.append((name, path))
     return specs
+
+
+def traced(result: Result) -> Trace:
+    """The trace of a run made with trace=True."""
+    if result.trace is None:
+        raise InternalError("trace", "a traced run gave no trace")
+    return result.trace
 
 
 def clipping_json(clipping: Sequence[Clipping]) -> list[dict[str, Any]]:

@@ -18,12 +18,13 @@ import numpy as np
 
 from cvmvm import files
 from cvmvm.vm.api import load
+from cvmvm.cli.common import traced
 
 EXPORTED_IMAGES = 2  # image0.npy, image1.npy: enough to show a match and a mismatch
 
 
 def _resource(name: str) -> bytes:
-    return resources.files("cvmvm.cli").joinpath("demo", name).read_bytes()
+    return (resources.files("cvmvm.cli") / "demo" / name).read_bytes()
 
 
 def _images() -> np.ndarray:
@@ -52,7 +53,7 @@ def run_demo() -> dict[str, Any]:
         result = model.run({"data": image}, trace=True)
         logits = result.outputs[0][0]
         rows.append({"image": k, "label": int(label), "prediction": int(np.argmax(logits)),
-                     "output_hash": result.output_hash.hex(), "trace_root": result.trace.root.hex()})
+                     "output_hash": result.output_hash.hex(), "trace_root": traced(result).root.hex()})
     correct = sum(r["prediction"] == r["label"] for r in rows)
     return {"model_hash": model.model_hash.hex(), "ops": model.ops, "images": rows,
             "correct": correct, "total": len(rows), "accuracy": correct / len(rows),

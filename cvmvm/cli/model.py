@@ -24,7 +24,7 @@ from cvmvm.vm.trace import tensor_name, trace_layout, trace_to_json
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
 from cvmvm.cli.common import (EXIT_OK, Command, Reply, clipping_json, input_arg, load_model, model_args,
-                              ops_limit_arg, parse_inputs, read_input, read_kind, warn_clipping)
+                              ops_limit_arg, parse_inputs, read_input, read_kind, traced, warn_clipping)
 
 TRACE_FORMATS = ("json", "jsonl")
 
@@ -98,9 +98,7 @@ def cmd_run(args: argparse.Namespace) -> Reply:
     model = load_model(args.model, args.params, args.ops_limit)
     inputs = parse_inputs(args.input)
     result = model.run(inputs, trace=True, keep=args.dump_tensors is not None)
-    trace = result.trace
-    if trace is None:
-        raise InternalError("trace", "a traced run gave no trace")
+    trace = traced(result)
     warn_clipping(result.clipping)
     values = result.dequantized() if args.dequantize else result.outputs
     if args.save_outputs:
@@ -157,6 +155,8 @@ def cmd_convert(args: argparse.Namespace) -> Reply:
         model = load(data)
         graph, blob = cortex.write_cortex(model.program.model, model.program.types)
         params_out = args.params_out or str(Path(args.out).with_suffix(".params"))
+        if blob is None:
+            raise InternalError("param", "a native model converted to Cortex came without its params")
         files.write_atomic(params_out, blob)
         files.write_atomic(args.out, cortex.graph_to_json_bytes(graph))
         dropped = model.program.model.scales is not None

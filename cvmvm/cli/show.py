@@ -141,7 +141,7 @@ def _proof(data: bytes) -> Shown:
               for o in p.inputs]
     outputs = [{"tensor": c.tensor, **_type_json(c.type), "hash": c.digest.hex(), "path": len(c.path)}
                for c in p.outputs]
-    info = {"format_version": proof_codec.PROOF_VERSION, "model_hash": p.model_hash.hex(), "leaves": p.leaves,
+    info: dict[str, Any] = {"format_version": proof_codec.PROOF_VERSION, "model_hash": p.model_hash.hex(), "leaves": p.leaves,
             "step": p.step, "op": p.op, "attrs": _attrs(p.attrs), "inputs": inputs, "outputs": outputs}
     lines = [f"step proof (format version {proof_codec.PROOF_VERSION}): instruction {p.step}, {p.op} "
              f"{' '.join(f'{k}={v}' for k, v in info['attrs'].items())}",
@@ -155,7 +155,7 @@ def _proof(data: bytes) -> Shown:
 
 def _txs(data: bytes) -> Shown:
     txs = transactions.decode_txs(data)
-    rows = [{"model_hash": tx.model_hash.hex(),
+    rows: list[dict[str, Any]] = [{"model_hash": tx.model_hash.hex(),
              "inputs": [{"name": n, "dtype": str(v.dtype), "shape": list(v.shape)} for n, v in tx.inputs],
              "receipt": _receipt_json(tx.receipt)} for tx in txs]
     lines = [f"transaction file (format version {transactions.TXS_VERSION}): {len(rows)} transactions"]

@@ -194,7 +194,7 @@ class TracedRun:
 
 def _row_hashes(value: np.ndarray, t: TensorType, count: int) -> list[bytes]:
     """tensor_hash of each of ``count`` equal row blocks of ``value`` (each of type ``t``)."""
-    data = memoryview(canonical_array(value, t.dtype)).cast("B")
+    data = canonical_array(value, t.dtype).data.cast("B")
     size = len(data) // count
     base = hashlib.sha256(tensor_header(t.dtype, t.shape))
     digests = []

@@ -12,7 +12,7 @@ inferred type: a mismatch is a VM bug (internal.*), never silently passed on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, cast
 
 import numpy as np
 
@@ -143,13 +143,11 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
     """Run the program; return its outputs in head order and the peak bytes of live tensors
     (``peak_bytes``).  Clipped inputs are reported in ``clipped`` when given."""
     model = program.model
-    env: list[np.ndarray | None] = [None] * len(program.types)
-    env[:len(model.inputs)] = prepare_inputs(program, inputs, clipped)
-    for k, p in enumerate(model.params, start=len(model.inputs)):
-        env[k] = p.value
+    variables = prepare_inputs(program, inputs, clipped) + [p.value for p in model.params]
     if observe is not None:
-        for k in range(model.num_variables):
-            observe(k, env[k])
+        for k, value in enumerate(variables):
+            observe(k, value)
+    env: list[np.ndarray | None] = [*variables, *[None] * (len(program.types) - len(variables))]
     for step in program.steps:
         args = [env[t] for t in step.inputs]
         results = step.run(*args)
@@ -157,9 +155,11 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
             raise InternalError("arity", f"instruction {step.index} ({step.op.name}): kernel returned "
                                          f"{len(results)} outputs, verified {len(step.outputs)}")
         for t, ty, value in zip(step.outputs, step.out_types, results):
-            env[t] = confirm(f"instruction {step.index} ({step.op.name})", ty, value)
+            out = confirm(f"instruction {step.index} ({step.op.name})", ty, value)
+            env[t] = out
             if observe is not None:
-                observe(t, env[t])
+                observe(t, out)
         for t in program.free_after[step.index]:
             env[t] = None
-    return [env[t] for t in model.outputs], peak_bytes(program)
+    # Verification never frees an output (Program.free_after), so each is still there.
+    return cast(list[np.ndarray], [env[t] for t in model.outputs]), peak_bytes(program)

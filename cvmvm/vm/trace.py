@@ -27,6 +27,7 @@ from isa.errors import InternalError
 from serializer import native
 from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, leaf_prefix, merkle_root, node_digest,
                                 tensor_hash, trace_root)
+from serializer.model import Input, Param
 from serializer.records.trace import entry_to_json, trace_doc
 from cvmvm.vm.verify import Program
 
@@ -55,8 +56,9 @@ def _layout(program: Program) -> TraceLayout:
     positions: list[tuple[int, int, int]] = []
     nodes: list[bytes] = []
     labels: list[tuple[str | None, str]] = []
-    for kind, variables in ((INPUT, model.inputs), (PARAM, model.params)):
-        for k, v in enumerate(variables):
+    variables: tuple[tuple[int, tuple[Input | Param, ...]], ...] = ((INPUT, model.inputs), (PARAM, model.params))
+    for kind, of_kind in variables:
+        for k, v in enumerate(of_kind):
             positions.append((kind, k, 0))
             nodes.append(node_digest(native.variable_descriptor(v.type)))
             labels.append((None, v.name))

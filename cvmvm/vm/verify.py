@@ -18,7 +18,7 @@ from isa.errors import InputError, InternalError, InvalidError, LimitError, Reje
 from isa.spec import OpDef, int32_only
 from isa.table import OP_BY_NAME
 from isa.types import DTYPES, INT32, MAX_OPS, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound
-from serializer.model import Input, Instr, Model
+from serializer.model import Input, Instr, Model, Param
 
 MAX_BASE_COST = 1 << 30
 VARIABLE_COST = 5  # ops per element of every input and param, and of every op output
@@ -118,7 +118,8 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
     types: list[TensorType] = []
     names: set[str] = set()
     ops = 0
-    for var in (*model.inputs, *model.params):
+    variables: tuple[Input | Param, ...] = (*model.inputs, *model.params)
+    for var in variables:
         if var.name in names:
             raise InvalidError("graph", f"variable name {var.name!r} is used twice")
         names.add(var.name)
@@ -153,8 +154,8 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
         shapes = _apply_rule(op.shape, "shape", where, instr.attrs, *ins)
         precisions = _apply_rule(op.precision, "precision", where, instr.attrs, *ins)
         outs = tuple(TensorType(tuple(s), p, d) for s, p, d in zip(shapes, precisions, dtypes, strict=True))
-        for k, t in enumerate(outs):
-            check_tensor_type(t, f"{where} output {k}")
+        for k, out in enumerate(outs):
+            check_tensor_type(out, f"{where} output {k}")
         if instr.declared_shapes is not None and tuple(map(tuple, instr.declared_shapes)) != tuple(t.shape for t in outs):
             raise InvalidError("shape", f"{where}: declared output shapes {list(instr.declared_shapes)} "
                                         f"differ from inferred {[t.shape for t in outs]}")

@@ -284,8 +284,9 @@ def _check_variable_names(nodes: list[_Node]) -> None:
 
 
 def _shape(dims: list[int], where: str) -> Shape:
-    check_shape(dims, where)
-    return tuple(dims)
+    shape = tuple(dims)
+    check_shape(shape, where)
+    return shape
 
 
 def _check_precisions(nodes: list[_Node], precision: list[int], first_entry: list[int], dltypes: list[str]) -> None:
@@ -357,10 +358,10 @@ def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]],
         if node.name == DATA:
             # The runtime loads 'data' from a params file like set_input: clipped, not checked.
             data_raw = array.values
-            value = clip_to_precision(array.values, t.precision)
+            value = clip_to_precision(array.values, precision[first_entry[nid]])
             value.flags.writeable = False
         else:
-            bound = precision_bound(t.precision)
+            bound = precision_bound(precision[first_entry[nid]])
             lo, hi = int(array.values.min()), int(array.values.max())
             if lo < -bound or hi > bound:
                 raise InvalidError("param", f"param {node.name!r}: value {lo if lo < -bound else hi} is outside "

@@ -18,7 +18,7 @@ from serializer.cortex.json_text import json_text
 from serializer.cortex.layout import (CANONICAL_VERSION, DATA, GRAPH_ATTR_TAGS, NODE_ATTR_KEYS, OPERATOR_KEYS,
                                       TOP_KEYS, CortexLayout, CortexNode)
 from serializer.cortex.params import write_params
-from serializer.model import Instr, Model
+from serializer.model import Input, Instr, Model, Param
 
 
 def write_cortex(model: Model, types: Sequence[TensorType] | None = None) -> tuple[dict[str, Any], bytes | None]:
@@ -60,7 +60,7 @@ def _canonical_layout(model: Model, types: Sequence[TensorType] | None) -> Corte
     if len(model.inputs) > 1 or any(i.name != DATA for i in model.inputs):
         raise InvalidError("graph", f"a Cortex model has at most one input, named {DATA!r}; this one has "
                                     f"{[i.name for i in model.inputs]}")
-    variables = (*model.inputs, *model.params)
+    variables: tuple[Input | Param, ...] = (*model.inputs, *model.params)
     for p in model.params:
         if p.type.dtype != INT32:
             raise InvalidError("dtype", f"param {p.name!r} is {p.type.dtype}; Cortex params are int8/int32")
@@ -108,7 +108,7 @@ def _fits_int8(value: np.ndarray) -> bool:
 
 
 def _graph_object(model: Model, layout: CortexLayout, types: Sequence[TensorType] | None) -> dict[str, Any]:
-    variables = (*model.inputs, *model.params)
+    variables: tuple[Input | Param, ...] = (*model.inputs, *model.params)
     position: dict[int, tuple[int, int]] = {}  # tensor id -> (node id, output index)
 
     def entry(t: int, where: str) -> list[int]:
@@ -172,7 +172,8 @@ def _params_bytes(model: Model, layout: CortexLayout) -> bytes | None:
         param = by_name[name]
         value = param.value
         raw = layout.data_raw
-        if name == DATA and raw is not None and np.array_equal(clip_to_precision(raw, param.type.precision), value):
+        if (name == DATA and raw is not None and param.type.precision is not None
+                and np.array_equal(clip_to_precision(raw, param.type.precision), value)):
             value = raw  # the file held 'data' before the runtime's clip
         arrays.append((name, np.asarray(value), bits))
     return write_params(arrays)

@@ -10,7 +10,7 @@ is cvmvm.tx.receipt.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, overload
 
 from isa.types import MAX_OPS
 from serializer import strict
@@ -103,8 +103,14 @@ def receipt_state(r: Receipt) -> tuple[Any, ...]:
     return (r.model_hash, r.inputs, r.output_hash, r.trace_root, r.ops, signer)
 
 
+@overload
+def receipt_from_state(state: tuple[Any, ...]) -> Receipt: ...
+@overload
+def receipt_from_state(state: tuple[Any, ...] | None) -> Receipt | None: ...
+
+
 def receipt_from_state(state: tuple[Any, ...] | None) -> Receipt | None:
     if state is None:
         return None
-    *fields, signer = state
-    return Receipt(*fields, None if signer is None else Signer(*signer))
+    model_hash, inputs, output_hash, trace_root, ops, signer = state
+    return Receipt(model_hash, inputs, output_hash, trace_root, ops, None if signer is None else Signer(*signer))
