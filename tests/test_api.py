@@ -1,0 +1,221 @@
+"""The Python interface: load by content, the comforts (repr, names, hex hashes, save), run_batch
+equal to one-by-one runs, keep=True, named trace entries, clipping, versions, and every bad
+argument a CvmError with a code."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.metadata
+
+import numpy as np
+import pytest
+
+import cvmvm
+from isa.errors import CvmError
+from isa.table import ISA_VERSION
+from isa.types import INT32, TensorType
+from serializer import native
+from serializer.hashing import tensor_hash
+from serializer.cortex.layout import CANONICAL_VERSION
+from serializer.model import Input
+from serializer.records import receipt as receipt_codec, stepproof, trace as trace_codec, transactions
+from cvmvm.vm.api import single_op_model
+from cvmvm.vm.batching import batch_plan
+from cvmvm.vm.trace import trace_to_json
+from cvmvm.tx import receipt
+from tests.test_receipt import DIGITS, build, column_sum_model, digits_model, instr, mlp_model, pair_model
+
+IMAGES = np.load(DIGITS / "test_inputs.npy", allow_pickle=False)
+
+
+def code_of(call) -> str:
+    with pytest.raises(CvmError) as e:
+        call()
+    return e.value.code
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return digits_model()
+
+
+@pytest.fixture(scope="module")
+def cortex_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cortex")
+    (d / "graph.json").write_bytes(gzip.decompress((DIGITS / "graph.json.gz").read_bytes()))
+    (d / "params.bin").write_bytes(gzip.decompress((DIGITS / "params.bin.gz").read_bytes()))
+    return d
+
+
+# -- loading by content ----------------------------------------------------------------------
+
+def test_load_tells_native_from_cortex_by_content(digits, cortex_files, tmp_path):
+    data = digits.canonical_bytes
+    for source in (data, bytearray(data), memoryview(data)):
+        assert cvmvm.load(source).model_hash == digits.model_hash
+    (tmp_path / "no-suffix").write_bytes(data)
+    assert cvmvm.load(tmp_path / "no-suffix").model_hash == digits.model_hash
+    graph, params = cortex_files / "graph.json", cortex_files / "params.bin"
+    for g, p in ((graph, params), (str(graph), str(params)), (graph.read_bytes(), params.read_bytes()),
+                 (memoryview(graph.read_bytes()), bytearray(params.read_bytes()))):
+        assert cvmvm.load(g, p).model_hash == digits.model_hash
+
+
+def test_load_names_a_file_of_another_kind(digits, cortex_files, tmp_path):
+    run = digits.run({"data": IMAGES[0]}, trace=True)
+    r = receipt_codec.encode(receipt.make_receipt(digits, run))
+    trace = trace_codec.trace_bytes(trace_to_json(digits.program, run.trace, digits.model_hash))
+    np.save(tmp_path / "x.npy", IMAGES[0])
+    for data in (r, trace, (tmp_path / "x.npy").read_bytes(), (cortex_files / "params.bin").read_bytes()):
+        assert code_of(lambda: cvmvm.load(data)) == "malformed.kind"
+    with pytest.raises(CvmError, match="this is a receipt, not a model"):
+        cvmvm.load(r)
+    assert code_of(lambda: cvmvm.load(cortex_files / "graph.json", r)) == "malformed.kind"
+    assert code_of(lambda: cvmvm.load(b"\x00garbage")) == "malformed.native"
+    assert code_of(lambda: cvmvm.load(b"{not json")) == "malformed.graph_json"
+    assert code_of(lambda: cvmvm.load(cortex_files / "graph.json")) == "invalid.graph"  # no params file given
+
+
+@pytest.mark.parametrize("call, code", [
+    (lambda m: cvmvm.load(42), "usage.argument"),
+    (lambda m: cvmvm.load(None), "usage.argument"),
+    (lambda m: cvmvm.load(m.canonical_bytes, ops_limit=-1), "usage.argument"),
+    (lambda m: cvmvm.load(m.canonical_bytes, ops_limit=True), "usage.argument"),
+    (lambda m: cvmvm.load(m.canonical_bytes, ops_limit=1000), "limit.ops"),
+    (lambda m: cvmvm.load(m.canonical_bytes, b"params"), "usage.conflict"),
+    (lambda m: cvmvm.load_cortex(42), "usage.argument"),
+    (lambda m: m.run(None), "usage.argument"),
+    (lambda m: m.run([IMAGES[0]]), "usage.argument"),
+    (lambda m: m.run({0: IMAGES[0]}), "usage.argument"),
+    (lambda m: m.run("data"), "usage.argument"),
+    (lambda m: m.run({"data": IMAGES[0].tolist()}), "input.dtype"),
+    (lambda m: m.run({"data": IMAGES[0].astype(np.float32)}), "input.dtype"),
+    (lambda m: m.run({}), "input.name"),
+    (lambda m: m.run({"data": IMAGES[0], "extra": IMAGES[0]}), "input.name"),
+    (lambda m: m.run({"data": IMAGES[0][0]}), "input.shape"),
+    (lambda m: m.run_batch({"data": IMAGES[0]}), "usage.argument"),
+    (lambda m: m.run_batch("data"), "usage.argument"),
+    (lambda m: m.run_batch([{"data": IMAGES[0]}, None]), "usage.argument"),
+    (lambda m: m.run_batch([{"data": IMAGES[0]}, {"data": IMAGES[0][0]}]), "input.shape"),
+    (lambda m: m.save(3), "usage.argument"),
+    (lambda m: cvmvm.run_op(None, []), "usage.argument"),
+    (lambda m: cvmvm.run_op("relu", None), "usage.argument"),
+    (lambda m: cvmvm.run_op("relu", np.zeros(3, np.int32)), "usage.argument"),
+    (lambda m: cvmvm.run_op("relu", [np.zeros(3, np.int32)], [1]), "usage.argument"),
+    (lambda m: cvmvm.run_op("relu", [np.zeros(3, np.int32)], precisions=8), "usage.argument"),
+    (lambda m: cvmvm.run_op("relu", [[1, 2]]), "input.dtype"),
+])
+def test_every_bad_argument_is_a_cvm_error_with_a_code(digits, call, code):
+    assert code_of(lambda: call(digits)) == code
+
+
+def test_a_bad_batch_item_is_named(digits):
+    with pytest.raises(CvmError, match=r"feeds\[1\]"):
+        digits.run_batch([{"data": IMAGES[0]}, {"data": IMAGES[0][0]}])
+
+
+# -- the comforts ------------------------------------------------------------------------------
+
+def test_repr_names_hashes_and_save(digits, tmp_path):
+    text = repr(digits)
+    assert text.startswith("<cvmvm.Model ") and digits.model_hash_hex[:16] in text
+    assert "13 instructions" in text and "data: int32[1, 1, 8, 8] p8" in text and "dense_0" in text
+    assert digits.output_names == ("dense_0",)
+    assert digits.model_hash_hex == digits.model_hash.hex()
+    result = digits.run({"data": IMAGES[0]})
+    assert result.output_hash_hex == result.output_hash.hex()
+    digits.save(tmp_path / "d.cvm")
+    assert (tmp_path / "d.cvm").read_bytes() == digits.canonical_bytes
+    assert cvmvm.load(tmp_path / "d.cvm").model_hash == digits.model_hash
+
+
+def test_output_names_of_a_multi_output_op():
+    model, _ = single_op_model("max_pool", [np.arange(16, dtype=np.int32).reshape(1, 1, 4, 4)],
+                               {"kernel_shape": (2, 2), "strides": (2, 2), "dilations": (1, 1), "pads": (0, 0, 0, 0),
+                                "auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0, "index_axis": 0,
+                                "index_dtype": "int64"})
+    name = model.program.steps[0].name
+    assert model.output_names == (f"{name}:0", f"{name}:1")
+
+
+def test_versions_come_from_the_package_and_the_codecs():
+    assert cvmvm.__version__ == importlib.metadata.version("cvmvm")
+    v = cvmvm.versions()
+    assert v == {"cvmvm": cvmvm.__version__, "isa": ISA_VERSION, "native": native.FORMAT_VERSION,
+                 "receipt": receipt_codec.RECEIPT_VERSION, "transactions": transactions.TXS_VERSION,
+                 "trace": trace_codec.TRACE_VERSION, "step_proof": stepproof.PROOF_VERSION,
+                 "cortex_graph": CANONICAL_VERSION, "cortex_graph_read": v["cortex_graph_read"]}
+    assert trace_codec.TRACE_FORMAT.endswith(f"/{trace_codec.TRACE_VERSION}")
+
+
+# -- intermediate values ----------------------------------------------------------------------
+
+def test_keep_gives_every_tensor_and_the_trace_names_them(digits):
+    result = digits.run({"data": IMAGES[3]}, trace=True, keep=True)
+    program = digits.program
+    assert len(result.tensors) == len(program.types) == len(result.trace.entries)
+    for t, (value, entry) in enumerate(zip(result.tensors, result.trace.entries)):
+        ty = program.types[t]
+        assert value.shape == ty.shape and entry.tensor == t
+        assert (entry.dtype, entry.shape, entry.precision) == (ty.dtype, ty.shape, ty.precision)
+        assert entry.hash_hex == entry.digest.hex()
+    assert all(tensor_hash(v) == e.digest for v, e in zip(result.tensors, result.trace.entries))
+    assert [e.op for e in result.trace.entries[:9]] == [None] * 9
+    assert [e.op for e in result.trace.entries[9:]] == [s.op.name for s in program.steps]
+    assert result.trace.entries[0].name == "data" and result.trace.entries[1].name == "conv1_weight"
+    assert "conv2d" in repr(result.trace.entries[9]) and result.trace.entries[9].hash_hex in repr(result.trace.entries[9])
+    assert result.tensors[program.model.outputs[0]] is result.outputs[0]
+    assert digits.run({"data": IMAGES[3]}).tensors is None
+
+
+# -- run_batch == one by one -------------------------------------------------------------------
+
+def same(a: cvmvm.Result, b: cvmvm.Result) -> bool:
+    return (len(a.outputs) == len(b.outputs) and all(np.array_equal(x, y) and x.dtype == y.dtype
+                                                     for x, y in zip(a.outputs, b.outputs))
+            and (a.ops, a.output_hashes, a.output_hash, a.peak_bytes, a.trace, a.clipping)
+            == (b.ops, b.output_hashes, b.output_hash, b.peak_bytes, b.trace, b.clipping))
+
+
+@pytest.mark.parametrize("trace", [False, True])
+@pytest.mark.parametrize("make, feeds, stacked", [
+    (digits_model, [{"data": IMAGES[k] * (1 + k % 3)} for k in range(7)], True),  # some clipped
+    (mlp_model, [{"x": np.array([[k, -k, 2 * k, 300]], np.int32)} for k in range(5)], True),
+    (pair_model, [{"a": np.full((2, 3), k, np.int32), "b": np.full((2, 3), -k, np.int64)} for k in range(4)], True),
+    (column_sum_model, [{"x": np.full((2, 3), k, np.int32)} for k in range(3)], False),
+])
+def test_run_batch_equals_one_by_one(make, feeds, stacked, trace):
+    model = make()
+    assert (batch_plan(model.program) is not None) == stacked
+    batch = model.run_batch(feeds, trace=trace)
+    assert len(batch) == len(feeds)
+    for feed, got in zip(feeds, batch):
+        assert same(got, model.run(feed, trace=trace))
+    assert model.run_batch([]) == []
+
+
+def test_run_batch_reports_each_items_clipping():
+    model = mlp_model()
+    batch = model.run_batch([{"x": np.array([[1, 2, 3, 4]], np.int32)}, {"x": np.array([[500, -600, 3, 4]], np.int32)}])
+    assert batch[0].clipping == () and batch[1].clipped == 2
+
+
+# -- clipping -----------------------------------------------------------------------------------
+
+def test_clipping_is_counted_with_its_range(digits):
+    x = IMAGES[0].astype(np.int64) * 3 - 100
+    result = digits.run({"data": x})
+    outside = int(np.count_nonzero(np.abs(x) > 127))
+    assert outside > 0 and result.clipped == outside
+    (c,) = result.clipping
+    assert (c.input, c.count, c.low, c.high, c.precision, c.bound) == ("data", outside, int(x.min()), int(x.max()), 8, 127)
+    assert str(c).startswith("input data: ")
+    assert np.array_equal(result.outputs[0], digits.run({"data": np.clip(x, -127, 127)}).outputs[0])
+    assert digits.run({"data": IMAGES[0]}).clipping == ()
+
+
+def test_uint64_inputs_clip_with_their_true_range():
+    model = build([Input("x", TensorType((1, 3), 8, INT32))], [], [instr("relu", (0,), 1)], [1])
+    big = np.array([[2 ** 64 - 1, 5, 2 ** 63]], dtype=np.uint64)
+    (c,) = model.run({"x": big}).clipping
+    assert (c.count, c.low, c.high) == (2, 5, 2 ** 64 - 1)

@@ -1,0 +1,176 @@
+"""Command-line mistakes are usage errors (exit 2, one line, --json honoured), --version, Ctrl-C,
+and messages that say what is wrong in words."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import cvmvm
+from cvmvm.cli import main as cli_main
+from cvmvm.cli.common import EXIT_CODES, EXIT_INTERRUPTED
+from cvmvm.cli.main import main
+from tests.conftest import cvmvm_json
+
+ROOT = "93bd626ef64c8395f12e585f0d678bd3076f723729c6c4187384cc9d1df6bc4a"
+
+MISTAKES = [
+    ([], "usage.command"),
+    (["--json"], "usage.command"),
+    (["frobnicate"], "usage.command"),
+    (["--version", "verify", "{d}/digits.cvm"], "usage.argument"),
+    (["verify"], "usage.argument"),
+    (["verify", "{d}/digits.cvm", "--frobnicate"], "usage.argument"),
+    (["verify", "{d}/digits.cvm", "--ops-limit", "-5"], "usage.argument"),
+    (["verify", "{d}/digits.cvm", "--ops-limit", "0"], "usage.argument"),
+    (["verify", "{d}/digits.cvm", "--ops-limit", "many"], "usage.argument"),
+    (["verify", "{d}/digits.cvm", "--params", "{d}/digits.params"], "usage.conflict"),
+    (["run", "{d}/digits.cvm", "--input", "{d}/image0.npy"], "usage.argument"),
+    (["run", "{d}/digits.cvm", "--input", "=x.npy"], "usage.argument"),
+    (["run", "{d}/digits.cvm", "--input", "data="], "usage.argument"),
+    (["run", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--input", "data={d}/image1.npy"], "usage.argument"),
+    (["run", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--sign", "{d}/missing.key"], "usage.conflict"),
+    (["run", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--trace-format", "jsonl"], "usage.conflict"),
+    (["run", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--trace", "t", "--trace-format", "xml"],
+     "usage.argument"),
+    (["convert", "{d}/digits.cvm", "{d}/x.json", "--params", "{d}/digits.params"], "usage.conflict"),
+    (["convert", "{d}/digits.json", "{d}/x.cvm", "--params", "{d}/digits.params", "--params-out", "p"],
+     "usage.conflict"),
+    (["hash", "{d}/image0.npy", "--params", "{d}/digits.params"], "usage.conflict"),
+    (["disasm", "{d}/digits.cvm", "--dot", "--json"], "usage.conflict"),
+    (["store"], "usage.argument"),
+    (["store", "frob", "{d}/models"], "usage.argument"),
+    (["check-step", "{d}/step3.proof", "--root", "xyz"], "usage.argument"),
+    (["check-step", "{d}/step3.proof", "--root", ROOT[:-2]], "usage.argument"),
+    (["check-step", "{d}/step3.proof"], "usage.argument"),
+    (["check-step", "{d}/step3.proof", "--root", ROOT, "--model", "{d}/digits.cvm", "--store", "{d}/models"],
+     "usage.conflict"),
+    (["check-step", "{d}/step3.proof", "--root", ROOT, "--params", "{d}/digits.params"], "usage.conflict"),
+    (["prove-step", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--step", "-1", "--out", "p"],
+     "usage.argument"),
+    (["replay", "{d}/one.txs", "--store", "{d}/models", "--workers", "0"], "usage.argument"),
+    (["replay", "{d}/one.txs", "--store", "{d}/models", "--batch", "0"], "usage.argument"),
+    (["replay", "{d}/one.txs"], "usage.argument"),
+]
+
+
+@pytest.mark.parametrize("argv, code", MISTAKES)
+def test_every_mistake_is_one_usage_line(capsys, demo_files, argv, code):
+    argv = [a.format(d=demo_files) for a in argv]
+    assert main(argv) == EXIT_CODES["usage"]
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith(f"cvmvm: error {code}: ")
+    assert captured.out == "" or json.loads(captured.out)["error"] == code
+    assert "usage:" not in captured.err  # not argparse's usage dump
+    if "--json" not in argv:
+        status, info = cvmvm_json(capsys, argv)
+        assert status == EXIT_CODES["usage"] and info["error"] == code and info["message"]
+
+
+def test_json_before_or_after_the_command(capsys, demo_files):
+    for argv in (["--json", "hash", str(demo_files / "digits.cvm")], ["hash", str(demo_files / "digits.cvm"), "--json"],
+                 ["--json", "store", "list", str(demo_files / "models")]):
+        assert main(argv) == 0
+        assert isinstance(json.loads(capsys.readouterr().out), dict)
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"cvmvm {cvmvm.__version__}\n") and "ISA version" in text and "step proof" in text
+    code, info = cvmvm_json(capsys, ["--version"])
+    assert code == 0 and info == cvmvm.versions()
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------
+
+def test_an_interrupt_is_one_line(capsys, monkeypatch, demo_files):
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_main, "_run", interrupted)
+    assert main(["verify", str(demo_files / "digits.cvm")]) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "cvmvm: interrupted\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe to block the command on")
+def test_ctrl_c_while_a_command_waits_prints_no_traceback(demo_files, tmp_path):
+    """The command blocks reading its input from a named pipe; SIGINT then ends it with one line."""
+    fifo = tmp_path / "x.npy"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", "run", str(demo_files / "digits.cvm"),
+                             "--input", f"data={fifo}"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writer = None
+    deadline = time.monotonic() + 60
+    while writer is None:  # the pipe opens for writing once the command has opened it for reading
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+    try:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(writer)
+    assert proc.returncode == EXIT_INTERRUPTED
+    assert err == "cvmvm: interrupted\n" and out == ""
+
+
+# -- messages --------------------------------------------------------------------------------
+
+def test_truncation_offsets_are_within_the_file(capsys, demo_files, tmp_path):
+    data = (demo_files / "digits.cvm").read_bytes()
+    for cut in (7, 100, len(data) // 2, len(data) - 1):
+        (tmp_path / "t.cvm").write_bytes(data[:cut])
+        code, info = cvmvm_json(capsys, ["verify", str(tmp_path / "t.cvm")])
+        assert info["error"] == "malformed.native"
+        numbers = [int(n) for n in re.findall(r"byte (\d+)", info["message"])]
+        assert numbers and max(numbers) <= cut, info["message"]
+
+
+def test_a_missing_params_file_is_named(capsys, demo_files):
+    code, info = cvmvm_json(capsys, ["verify", str(demo_files / "digits.json")])
+    assert info["error"] == "invalid.graph" and "no params file was given" in info["message"]
+
+
+def test_checks_are_explained_in_words(capsys, demo_files):
+    code, info = cvmvm_json(capsys, ["check-receipt", str(demo_files / "run0.receipt"), "--model",
+                                     str(demo_files / "digits.cvm"), "--input", f"data={demo_files / 'image1.npy'}"])
+    assert code == 1
+    details = {f["field"]: f["detail"] for f in info["fields"]}
+    assert details["inputs"].startswith("input data hashes to ") and "the receipt claims" in details["inputs"]
+    assert details["output_hash"].startswith("the receipt claims ")
+    assert main(["check-receipt", str(demo_files / "run0.receipt"), "--model", str(demo_files / "digits.cvm"),
+                 "--input", f"data={demo_files / 'image1.npy'}"]) == 1
+    text = capsys.readouterr().out
+    assert "{'" not in text and "[{" not in text
+    code, info = cvmvm_json(capsys, ["check-step", str(demo_files / "step3.proof"), "--root", "00" * 32])
+    assert code == 1
+    failed = [c for c in info["checks"] if not c["ok"]]
+    assert failed and all("does not lead to root" in c["detail"] for c in failed)
+
+
+def test_a_step_out_of_range_states_the_range(capsys, demo_files, tmp_path):
+    code, info = cvmvm_json(capsys, ["prove-step", str(demo_files / "digits.cvm"), "--input",
+                                     f"data={demo_files / 'image0.npy'}", "--step", "13", "--out", str(tmp_path / "p")])
+    assert info["error"] == "input.step" and "0 to 12" in info["message"]
+
+
+def test_clipping_is_reported_on_stderr(capsys, demo_files, tmp_path):
+    np.save(tmp_path / "bright.npy", np.load(demo_files / "image0.npy") * 4)
+    assert main(["run", str(demo_files / "digits.cvm"), "--input", f"data={tmp_path / 'bright.npy'}"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("cvmvm: warning: input data: ") and "clipped to [-127, 127]" in err
+    code, info = cvmvm_json(capsys, ["run", str(demo_files / "digits.cvm"), "--input", f"data={tmp_path / 'bright.npy'}"])
+    (c,) = info["clipped"]
+    assert c["input"] == "data" and c["count"] > 0 and c["bound"] == 127 and c["high"] == 4 * 127
+    code, info = cvmvm_json(capsys, ["run", str(demo_files / "digits.cvm"), "--input", f"data={demo_files / 'image0.npy'}"])
+    assert info["clipped"] == [] and capsys.readouterr().err == ""
