@@ -116,7 +116,7 @@ def div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(zero, np.int64(0), q).astype(np.int64)
 
 
-def round_half_away(x: np.ndarray) -> np.ndarray:
+def round_half_away(x: np.ndarray | float) -> np.ndarray:
     """The nearest integer to each finite float64, halves away from zero, exactly (as float64).
 
     x - trunc(x) is exact in IEEE arithmetic (below 1 it is x itself, above 1

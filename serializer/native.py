@@ -177,7 +177,7 @@ def _scales(value: Any, inputs: int, outputs: int) -> Scales | None:
         entries = rd.list(value[key], f"scales.{key}")
         if len(entries) != count:
             raise rd.fail(f"scales.{key}: {len(entries)} entries for {count} {key}")
-        scales = []
+        scales: list[float | None] = []
         for k, e in enumerate(entries):
             if e is None:
                 scales.append(None)

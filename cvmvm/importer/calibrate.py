@@ -12,7 +12,7 @@ platform-independent (floateval), so the statistics are too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 import numpy as np
 
@@ -52,7 +52,8 @@ def input_shapes(graph: Graph, batch: int | None,
             if i.dims[0] is not None and batch is not None and batch != i.dims[0]:
                 raise InvalidError("onnx_shape", f"input {i.name!r} has a fixed batch of {i.dims[0]}; "
                                                  f"--batch {batch} does not apply")
-            shape = ((batch or 1) if i.dims[0] is None else i.dims[0],) + tuple(i.dims[1:])
+            # Every dimension but the batch is known here (the loop above refused a dynamic one).
+            shape = ((batch or 1) if i.dims[0] is None else i.dims[0],) + cast(tuple[int, ...], i.dims[1:])
         if not 1 <= len(shape) <= MAX_RANK or min(shape) < 1 or max(shape) > MAX_DIM:
             raise InvalidError("onnx_shape", f"input {i.name!r}: shape {list(shape)} must have 1 to {MAX_RANK} "
                                              f"dims in [1, 2^24]")

@@ -246,11 +246,12 @@ def average_pool(node: Node, args: Args, opset: int) -> tuple[np.ndarray, ...]:
     x2 = as_2d(x)
     win = windows(x2, kernel, strides, (1, 1), pads)
     real = windows(np.ones((1, 1, *x2.shape[2:])), kernel, strides, (1, 1), pads)
-    total = count = None
+    total, count = win[:, :, 0, 0], real[:, :, 0, 0]
     for i in range(kernel[0]):
         for j in range(kernel[1]):
-            total = win[:, :, i, j] if total is None else total + win[:, :, i, j]
-            count = real[:, :, i, j] if count is None else count + real[:, :, i, j]
+            if i or j:
+                total = total + win[:, :, i, j]
+                count = count + real[:, :, i, j]
     if attr(node, "count_include_pad", 0):
         count = np.full_like(count, kernel[0] * kernel[1])
     y = total / count
@@ -384,8 +385,10 @@ def pad(node: Node, args: Args, opset: int) -> tuple[np.ndarray, ...]:
     widths = tuple(zip(pads[:x.ndim], pads[x.ndim:]))
     if mode == "constant":
         return (np.pad(x, widths, constant_values=value),)
-    if mode in ("reflect", "edge"):
-        return (np.pad(x, widths, mode=mode),)
+    if mode == "reflect":
+        return (np.pad(x, widths, mode="reflect"),)
+    if mode == "edge":
+        return (np.pad(x, widths, mode="edge"),)
     raise unsupported(node, f"mode={mode!r}")
 
 

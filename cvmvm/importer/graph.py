@@ -20,7 +20,7 @@ from isa.errors import InvalidError, MalformedError
 MAX_ONNX_BYTES = 1 << 31  # protobuf's own limit for one message
 
 # ONNX TensorProto element types the importer handles (as inputs or constants).
-FLOAT_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64",
+FLOAT_TYPES: dict[int, str] = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64",
                onnx.TensorProto.FLOAT16: "float16"}
 STANDARD_DOMAINS = ("", "ai.onnx")
 

@@ -19,7 +19,7 @@ the error it measures.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -150,7 +150,8 @@ class Lowering:
         return activation_scale(self.peaks[name], precision), precision
 
     def precision(self, ref: int) -> int:
-        return self.builder.types[ref].precision
+        # The builder types every tensor it emits as CVM int32, with a precision.
+        return cast(int, self.builder.types[ref].precision)
 
     def shape(self, ref: int) -> tuple[int, ...]:
         return self.builder.types[ref].shape
@@ -262,7 +263,7 @@ class Lowering:
 
     def run(self, input_names: list[str]) -> tuple[Model, list[float | None], list[float | None]]:
         """Lower every node; the model, its input scales and its output scales (None: indices)."""
-        input_scales = []
+        input_scales: list[float | None] = []
         for name in input_names:
             bits = self.options.bits
             scale = activation_scale(self.peaks[name], bits)
@@ -278,7 +279,8 @@ class Lowering:
                 raise InvalidError("onnx_op", f"{node.label}: op {node.op} on activations is not in the "
                                               f"importer's subset")
             lower(self, node)
-        refs, output_scales = [], []
+        refs: list[int] = []
+        output_scales: list[float | None] = []
         for name in self.graph.outputs:
             v = self.env.get(name)
             if isinstance(v, QTensor):
@@ -312,7 +314,8 @@ def weighted(ctx: Lowering, node: Node, x: QTensor, w: np.ndarray, b: np.ndarray
     product = x.precision + min_precision(w_q) + bitlen(terms)   # conv2d's and dense's precision rule
     b_q = None if b is None else quantize_values(b, acc_scale)
     in_gemm = b_q is not None and max(product, min_precision(b_q)) + 1 <= MAX_PRECISION
-    acc = core(ctx.param(node, "weight", w_q), x.ref, ctx.param(node, "bias", b_q) if in_gemm else None)
+    acc = core(ctx.param(node, "weight", w_q), x.ref,
+               ctx.param(node, "bias", b_q) if b_q is not None and in_gemm else None)
     scale, precision = ctx.target(final)
     offset = None if b is None or in_gemm else (b / scale).reshape(channels)
     plan = plan_rescale([Term(ctx.precision(acc), (acc_scale / scale).reshape(channels))], offset, precision,
@@ -321,7 +324,7 @@ def weighted(ctx: Lowering, node: Node, x: QTensor, w: np.ndarray, b: np.ndarray
     w_deq = w_q * w_scale.reshape((-1,) + (1,) * (w.ndim - 1))
     per_channel = (fe.tree_sum(np.abs(w_deq).reshape(w.shape[0], -1), 1) * x.error
                    + fe.tree_sum(np.abs(w_deq - w).reshape(w.shape[0], -1), 1) * x.peak)
-    if in_gemm:
+    if b is not None and b_q is not None and in_gemm:
         per_channel = per_channel + np.abs(b_q * acc_scale - b)
     q = QTensor(ref, scale, precision, ctx.shape(ref), float(np.max(per_channel)) + scale * plan.error,
                 ctx.peaks[out])
@@ -558,8 +561,9 @@ def lower_concat(ctx: Lowering, node: Node) -> None:
     parts, error, widest = [], 0.0, precision
     for k, t in enumerate(node.inputs):
         if t in ctx.constants:
-            q = quantize_values(np.clip(ctx.constants[t].astype(np.float64) / scale, -bound, bound), 1.0)
-            parts.append(ctx.param(node, f"part{k}", q))
+            # Clipped to the bound first, so never too wide for quantize_values (never None).
+            values = quantize_values(np.clip(ctx.constants[t].astype(np.float64) / scale, -bound, bound), 1.0)
+            parts.append(ctx.param(node, f"part{k}", cast(np.ndarray, values)))
             error = max(error, scale / 2)
             continue
         x = ctx.activation(node, t)

@@ -177,9 +177,9 @@ def evaluate(graph: Graph, tail: Tail, lowering: Lowering, model: Model, calibra
                 seen[name] = value
 
         floats = evaluator.run({k: v[lo:hi] for k, v in data.items()}, keep)
-        for k, v in data.items():
-            if k in wanted:
-                seen[k] = v[lo:hi]
+        for name, v in data.items():
+            if name in wanted:
+                seen[name] = v[lo:hi]
         for s0 in range(lo, hi, batch):
             s1 = min(s0 + batch, hi)
             feeds = {}

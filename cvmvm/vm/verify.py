@@ -18,7 +18,7 @@ from isa.errors import InputError, InternalError, InvalidError, LimitError, Reje
 from isa.spec import OpDef, int32_only
 from isa.table import OP_BY_NAME
 from isa.types import DTYPES, INT32, MAX_OPS, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound
-from serializer.model import Input, Instr, Model, Param
+from serializer.model import Input, Instr, Model, Param, Scales
 
 MAX_BASE_COST = 1 << 30
 VARIABLE_COST = 5  # ops per element of every input and param, and of every op output
@@ -89,9 +89,8 @@ def check_param_value(name: str, t: TensorType, value: np.ndarray) -> None:
             raise InvalidError("param", f"param {name}: value {bad} outside precision {t.precision} (+-{bound})")
 
 
-def check_scales(model: Model, types: list[TensorType]) -> None:
+def check_scales(model: Model, scales: Scales, types: list[TensorType]) -> None:
     """FORMAT.md 1.6: one scale or None per input and output, each finite and > 0, and only on CVM int32 tensors."""
-    scales = model.scales
     for what, values, ids in (("input", scales.inputs, range(len(model.inputs))),
                               ("output", scales.outputs, model.outputs)):
         if len(values) != len(ids):
@@ -178,7 +177,7 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
         if not 0 <= t < len(types):
             raise InvalidError("graph", f"output tensor {t} does not exist")
     if model.scales is not None:
-        check_scales(model, types)
+        check_scales(model, model.scales, types)
     if limits.ops is not None and ops > limits.ops:
         raise LimitError("ops", f"model costs {ops} ops, over the limit of {limits.ops}")
     return Program(model, tuple(types), tuple(steps), ops, _liveness(model, steps))
