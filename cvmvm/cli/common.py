@@ -103,10 +103,12 @@ def ops_limit_arg(p: argparse.ArgumentParser) -> None:
 
 # -- loading what the arguments name ----------------------------------------------------------
 
-def read_kind(path: str, wanted: Sequence[str], what: str, limit: int = files.MAX_FILE_BYTES) -> bytes:
-    """A file's bytes, refused with ``malformed.kind`` when it is a file of another kind."""
+def read_kind(path: str, wanted: Sequence[str], what: str, limit: int = files.MAX_FILE_BYTES,
+              described: str | None = None) -> bytes:
+    """A file's bytes, refused with ``malformed.kind`` when it is a file of another kind
+    (``described`` names what was wanted, by default the wanted kinds)."""
     data = files.read_bytes(path, what, limit)
-    kinds.expect(data, wanted, path)
+    kinds.expect(data, wanted, path, described)
     return data
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from isa.errors import InputError, UsageError
+from isa.errors import InputError, MalformedError, UsageError
 from cvmvm import files
-from cvmvm.cli.common import EXIT_OK, Command, Reply, input_specs, parse_inputs
+from cvmvm.cli.common import EXIT_OK, Command, Reply, input_specs, parse_inputs, read_input, read_kind
 
 MISSING_EXTRA = "import-onnx needs the onnx extra: pip install 'cvmvm[onnx]'"
 
@@ -17,7 +17,7 @@ MISSING_EXTRA = "import-onnx needs the onnx extra: pip install 'cvmvm[onnx]'"
 def _calibration(specs: list[str]) -> np.ndarray | dict[str, np.ndarray]:
     """``FILE.npy`` (a one-input model) or ``NAME=FILE.npy`` per input."""
     if len(specs) == 1 and "=" not in specs[0]:
-        return files.read_npy(specs[0])
+        return read_input(specs[0])
     return parse_inputs(input_specs(specs, "--calibrate"))
 
 
@@ -43,13 +43,19 @@ def cmd_import_onnx(args: argparse.Namespace) -> Reply:
     out = Path(args.out)
     if not out.parent.is_dir():   # fail before calibrating, not after
         raise InputError("file", f"-o {args.out}: directory {out.parent} does not exist")
+    input_shapes = _input_shapes(args.input_shape)
     calibration = _calibration(args.calibrate)
     eval_data = eval_labels = None
     if args.eval:
-        eval_data, eval_labels = files.read_npy(args.eval[0]), files.read_npy(args.eval[1])
+        eval_data, eval_labels = read_input(args.eval[0]), read_input(args.eval[1])
     options = Options(bits=args.bits, weight_bits=args.weight_bits, output_bits=args.output_bits)
-    result = import_onnx(args.model, calibration, eval_data=eval_data, eval_labels=eval_labels, batch=args.batch,
-                         input_shapes=_input_shapes(args.input_shape), options=options, progress=not args.json)
+    try:
+        result = import_onnx(args.model, calibration, eval_data=eval_data, eval_labels=eval_labels, batch=args.batch,
+                             input_shapes=input_shapes, options=options, progress=not args.json)
+    except MalformedError as e:
+        if e.code == "malformed.onnx":  # a cvmvm file given as the ONNX model is named as such
+            read_kind(args.model, (), "model", described="an ONNX model")
+        raise
     files.write_atomic(out, result.model.canonical_bytes)
     info = {"out": str(out), **result.report.to_json()}
     return EXIT_OK, info, result.report.text() + f"\nwrote {out}"
