@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cvmvm.cli.main import main
@@ -27,11 +28,11 @@ def blocks(text: str, lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
 
 
-def commands() -> list[tuple[list[str], str | None, int, str | None]]:
-    """(argv, file stdout goes to, exit status, error code) for each line of the walkthrough."""
+def commands(title: str = "Walkthrough") -> list[tuple[list[str], str | None, int, str | None]]:
+    """(argv, file stdout goes to, exit status, error code) for each command line of a section."""
     found = []
-    for block in blocks(section("Walkthrough"), "sh"):
-        for line in block.splitlines():
+    for block in blocks(section(title), "sh"):
+        for line in block.replace("\\\n", " ").splitlines():
             if not line.strip():
                 continue
             command, _, comment = line.partition("  #")
@@ -54,9 +55,8 @@ def test_the_walkthrough_covers_every_command_and_mistake():
     assert {"usage.command", "usage.argument", "usage.conflict", "malformed.kind"} <= codes
 
 
-def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    for argv, out, status, code in commands():
+def run_commands(title: str, tmp_path: Path, capsys) -> None:
+    for argv, out, status, code in commands(title):
         got = main(argv)
         captured = capsys.readouterr()
         where = f"`cvmvm {shlex.join(argv)}`"
@@ -68,10 +68,23 @@ def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
             assert captured.err.count("\n") == 1, f"{where}: more than one line on stderr: {captured.err!r}"
         if out is not None:
             (tmp_path / out).write_text(captured.out)
+
+
+def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run_commands("Walkthrough", tmp_path, capsys)
     # The Python example, as pasted, in the directory the commands left behind.
     (example,) = blocks(section("Python interface"), "python")
     exec(compile(example, "README.md (Python interface)", "exec"), {"__name__": "__readme__"})
     assert "malformed.kind" in capsys.readouterr().out
+
+
+def test_the_onnx_example_runs(tmp_path, monkeypatch, capsys):
+    """From a checkout (its fixtures), with x.npy made as the README's comment says."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+    np.save(tmp_path / "x.npy", np.load(REPO / "fixtures" / "onnx" / "digits" / "test.npy")[:1])
+    run_commands("Importing ONNX models", tmp_path, capsys)
 
 
 def test_the_installed_command_runs(tmp_path):
