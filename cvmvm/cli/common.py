@@ -98,7 +98,8 @@ def input_arg(p: argparse.ArgumentParser) -> None:
 
 
 def ops_limit_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ops-limit", type=positive_int, metavar="N", help="reject the model if it costs more ops than this")
+    p.add_argument("--ops-limit", type=positive_int, metavar="N",
+                   help="reject the model if it costs more ops than this")
 
 
 # -- loading what the arguments name ----------------------------------------------------------

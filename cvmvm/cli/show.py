@@ -141,8 +141,9 @@ def _proof(data: bytes) -> Shown:
               for o in p.inputs]
     outputs = [{"tensor": c.tensor, **_type_json(c.type), "hash": c.digest.hex(), "path": len(c.path)}
                for c in p.outputs]
-    info: dict[str, Any] = {"format_version": proof_codec.PROOF_VERSION, "model_hash": p.model_hash.hex(), "leaves": p.leaves,
-            "step": p.step, "op": p.op, "attrs": _attrs(p.attrs), "inputs": inputs, "outputs": outputs}
+    info: dict[str, Any] = {"format_version": proof_codec.PROOF_VERSION, "model_hash": p.model_hash.hex(),
+                            "leaves": p.leaves, "step": p.step, "op": p.op, "attrs": _attrs(p.attrs),
+                            "inputs": inputs, "outputs": outputs}
     lines = [f"step proof (format version {proof_codec.PROOF_VERSION}): instruction {p.step}, {p.op} "
              f"{' '.join(f'{k}={v}' for k, v in info['attrs'].items())}",
              f"model hash {p.model_hash.hex()}, {p.leaves} trace leaves"]

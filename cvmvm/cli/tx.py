@@ -23,7 +23,8 @@ def _signer(path: str | None) -> bytes | None:
 # -- check-receipt ---------------------------------------------------------------------
 
 def cmd_check_receipt(args: argparse.Namespace) -> Reply:
-    claimed = receipt_codec.decode(read_kind(args.receipt, (kinds.RECEIPT,), "receipt", receipt_codec.MAX_RECEIPT_BYTES))
+    claimed = receipt_codec.decode(read_kind(args.receipt, (kinds.RECEIPT,), "receipt",
+                                             receipt_codec.MAX_RECEIPT_BYTES))
     model = load_model(args.model, args.params)
     result = model.run(parse_inputs(args.input), trace=True)
     warn_clipping(result.clipping)

@@ -135,7 +135,8 @@ def _inputs_text(claimed: Any, actual: Any) -> str:
     claimed_names = [e["name"] for e in claimed]
     actual_names = [e["name"] for e in actual]
     if claimed_names != actual_names:
-        return f"the receipt lists inputs {', '.join(claimed_names) or 'none'}; the model takes {', '.join(actual_names)}"
+        return (f"the receipt lists inputs {', '.join(claimed_names) or 'none'}; "
+                f"the model takes {', '.join(actual_names)}")
     differ = [f"input {c['name']} hashes to {a['hash']}, the receipt claims {c['hash']}"
               for c, a in zip(claimed, actual) if c["hash"] != a["hash"]]
     if differ:

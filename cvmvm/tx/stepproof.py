@@ -24,7 +24,8 @@ from isa.errors import CvmError, InputError
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer import native
-from serializer.hashing import INSTR, KIND_NAMES, leaf_hash, merkle_proof, node_digest, root_from_proof, tensor_hash, trace_root
+from serializer.hashing import (INSTR, KIND_NAMES, leaf_hash, merkle_proof, node_digest, root_from_proof, tensor_hash,
+                                trace_root)
 from serializer.records.stepproof import Claim, Operand, StepProof
 from cvmvm.vm.api import Model
 from cvmvm.vm.execute import execute

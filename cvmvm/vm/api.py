@@ -270,7 +270,8 @@ def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str,
     if not isinstance(inputs, (list, tuple)):
         raise UsageError("argument", f"inputs: expected a list of numpy arrays, got {type(inputs).__name__}")
     if attrs is not None and not isinstance(attrs, Mapping):
-        raise UsageError("argument", f"attrs: expected a mapping of attribute name to value, got {type(attrs).__name__}")
+        raise UsageError("argument", f"attrs: expected a mapping of attribute name to value, "
+                                     f"got {type(attrs).__name__}")
     if precisions is not None and not isinstance(precisions, (list, tuple)):
         raise UsageError("argument", f"precisions: expected a list, got {type(precisions).__name__}")
     op = OP_BY_NAME.get(name)

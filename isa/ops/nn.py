@@ -43,7 +43,8 @@ F64_EXACT = 1 << 53
 # chunk can hold fewer terms than this, they cost more than float32 saves over
 # float64.
 MIN_F32_CHUNK = 256
-OPERAND_DTYPES: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "i64": np.dtype(np.int64)}
+OPERAND_DTYPES: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+                                       "i64": np.dtype(np.int64)}
 
 
 @dataclass(frozen=True)
