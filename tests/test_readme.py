@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cvmvm
+from cvmvm.cli.demo import export
 from cvmvm.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,6 +70,13 @@ def run_commands(title: str, tmp_path: Path, capsys) -> None:
             assert captured.err.count("\n") == 1, f"{where}: more than one line on stderr: {captured.err!r}"
         if out is not None:
             (tmp_path / out).write_text(captured.out)
+
+
+def test_the_walkthrough_names_the_current_trace_root(tmp_path):
+    """check-step --root names the root of digits.cvm on image0.npy: it changes when the hashes do."""
+    model_path, image_path, _ = export(str(tmp_path))
+    root = cvmvm.load(model_path).run({"data": np.load(image_path)}, trace=True).trace.root.hex()
+    assert f"--root {root}" in section("Walkthrough"), f"update the README walkthrough's --root to {root}"
 
 
 def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
