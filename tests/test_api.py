@@ -219,3 +219,21 @@ def test_uint64_inputs_clip_with_their_true_range():
     big = np.array([[2 ** 64 - 1, 5, 2 ** 63]], dtype=np.uint64)
     (c,) = model.run({"x": big}).clipping
     assert (c.count, c.low, c.high) == (2, 5, 2 ** 64 - 1)
+
+
+@pytest.mark.parametrize("make", [digits_model, mlp_model, pair_model, column_sum_model])
+def test_the_static_peak_is_the_measured_one(make):
+    from cvmvm.vm.execute import peak_bytes
+    model = make()
+    feeds = {i.name: np.zeros(i.type.shape, np.int32) for i in model.program.model.inputs}
+    assert peak_bytes(model.program) == model.run(feeds).peak_bytes
+
+
+def test_the_static_peak_of_the_perf_models():
+    from cvmvm.vm.execute import peak_bytes
+    for name in ("perf", "perf-large"):
+        d = DIGITS.parent / name
+        model = cvmvm.load(gzip.decompress((d / "graph.json.gz").read_bytes()),
+                           gzip.decompress((d / "params.bin.gz").read_bytes()))
+        x = {"data": np.zeros(model.inputs["data"].shape, np.int32)}
+        assert peak_bytes(model.program) == model.run(x).peak_bytes

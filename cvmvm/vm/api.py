@@ -80,6 +80,7 @@ class Model:
         self._canonical = canonical
         self._hash: bytes | None = None
         self._batch: Batch | None = None
+        self._peak: int | None = None
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {_type_text(t)}" for n, t in self.inputs.items())
@@ -192,8 +193,10 @@ class Model:
             clippings.append(tuple(clipped))
         if self._batch is None:
             self._batch = Batch(self, MAX_DIM)  # as many per stacked run as the ISA and memory allow
+        if self._peak is None:
+            self._peak = peak_bytes(self.program)
         heads = self.program.model.outputs
-        peak = peak_bytes(self.program)
+        peak = self._peak
         results = []
         for k, (run, clipping) in enumerate(zip(self._batch.run(prepared, outputs=True), clippings)):
             if isinstance(run, CvmError):

@@ -106,8 +106,9 @@ def prepare_inputs(program: Program, inputs: Mapping[str, object] | Iterable[tup
 
 
 def peak_bytes(program: Program) -> int:
-    """The most bytes of tensors alive at once during a run: every size is static, and
-    execution drops each tensor after its last use (``Program.free_after``)."""
+    """The most bytes of tensors alive at once during a run, from the program alone (every size is
+    static, and execution drops each tensor after its last use, ``Program.free_after``): what
+    ``execute`` measures, for the runs that do not measure it (a batched run's items)."""
     sizes = [t.size * DTYPES[t.dtype].itemsize for t in program.types]
     live = sum(sizes[:program.model.num_variables])
     peak = live
@@ -141,13 +142,17 @@ def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
 def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorObserver | None = None,
             clipped: list[Clipping] | None = None) -> tuple[list[np.ndarray], int]:
     """Run the program; return its outputs in head order and the peak bytes of live tensors
-    (``peak_bytes``).  Clipped inputs are reported in ``clipped`` when given."""
+    (what ``peak_bytes`` computes from the program alone).  Clipped inputs are reported in
+    ``clipped`` when given."""
     model = program.model
     variables = prepare_inputs(program, inputs, clipped) + [p.value for p in model.params]
     if observe is not None:
         for k, value in enumerate(variables):
             observe(k, value)
     env: list[np.ndarray | None] = [*variables, *[None] * (len(program.types) - len(variables))]
+    nbytes = [v.nbytes for v in variables] + [0] * (len(program.types) - len(variables))
+    live = sum(nbytes)
+    peak = live
     for step in program.steps:
         args = [env[t] for t in step.inputs]
         results = step.run(*args)
@@ -157,9 +162,13 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
         for t, ty, value in zip(step.outputs, step.out_types, results):
             out = confirm(f"instruction {step.index} ({step.op.name})", ty, value)
             env[t] = out
+            nbytes[t] = out.nbytes
+            live += out.nbytes
             if observe is not None:
                 observe(t, out)
+        peak = max(peak, live)
         for t in program.free_after[step.index]:
+            live -= nbytes[t]
             env[t] = None
     # Verification never frees an output (Program.free_after), so each is still there.
-    return cast(list[np.ndarray], [env[t] for t in model.outputs]), peak_bytes(program)
+    return cast(list[np.ndarray], [env[t] for t in model.outputs]), peak
