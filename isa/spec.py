@@ -1,7 +1,10 @@
 """The OpDef record: one op of the instruction set, declared top to bottom.
 
 Every rule sees only static facts (attribute record and input TensorTypes) and
-states what is wrong with ``require``.  The kernel sees the attribute record
+states what is wrong with ``require``.  Beside the cost rule (Cortex's ops,
+what chains charge) each op declares its resource rules: ``work``, what its
+kernel really spends in work units, and ``scratch``, the bytes its kernel
+holds beyond its inputs and outputs (docs/RESOURCES.md).  The kernel sees the attribute record
 and the input arrays and contains no validation: it runs only inside a checked
 program.  The reference kernel (isa/reference/) has the same calling
 convention without the plan, and is the op's normative definition: the fast
@@ -22,6 +25,9 @@ ShapeRule = Callable[..., tuple[Shape, ...]]          # (attrs, *inputs: TensorT
 PrecisionRule = Callable[..., tuple[int | None, ...]]  # (attrs, *inputs: TensorType) -> one precision per output
 DtypeRule = Callable[..., tuple[str, ...]]            # (attrs, *inputs: TensorType) -> one dtype per output
 CostRule = Callable[[Any, tuple[TensorType, ...], tuple[TensorType, ...]], int]  # base ops per element of output 0
+# (attrs, inputs, outputs) -> work units of the kernel alone, and -> its scratch bytes
+WorkRule = Callable[[Any, tuple[TensorType, ...], tuple[TensorType, ...]], int]
+ScratchRule = Callable[[Any, tuple[TensorType, ...], tuple[TensorType, ...]], int]
 Kernel = Callable[..., tuple[np.ndarray, ...]]         # (attrs, *arrays) -> one array per output
 InputNames = Callable[[Any], "tuple[str, ...] | None"]  # None: variadic, at least one input
 
@@ -42,6 +48,9 @@ class OpDef:
     plan: Callable[..., Any] | None = None
     # The readable loop kernel written from the formalization (isa/reference/): required.
     reference: Kernel = field(kw_only=True)
+    # The kernel's real work and scratch memory, from static facts only: required.
+    work: WorkRule = field(kw_only=True)
+    scratch: ScratchRule = field(kw_only=True)
 
 
 def fixed(*names: str) -> InputNames:
@@ -64,6 +73,52 @@ def int32_only(a: Any, *inputs: TensorType) -> tuple[str, ...]:
 def unit_cost(a: Any, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
     """Base cost 1 per output element (SEMANTICS.md section 3)."""
     return 1
+
+
+# Work units (docs/RESOURCES.md): one unit is about one nanosecond of one core
+# of the calibration machine; bench/work.py measures every rule against its
+# kernel.  NUMPY_CALL is one numpy call on a small array, Python included: a
+# kernel that loops in Python pays it per iteration.
+NUMPY_CALL = 1000
+# numpy loops over strided or broadcast operands one row of the last axis at a
+# time (longer when axes coalesce); each row costs about this beyond its elements.
+NUMPY_ROW = 20
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def per_output(units: int) -> WorkRule:
+    """Work of a kernel that makes ``units`` passes over its output elements."""
+    def work(a: Any, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+        return units * sum(t.size for t in outputs)
+    return work
+
+
+def strided_passes(passes: int) -> WorkRule:
+    """Work of a kernel that makes ``passes`` strided passes over output 0: its elements and its rows."""
+    def work(a: Any, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+        out = outputs[0]
+        return passes * (out.size + NUMPY_ROW * (out.size // out.shape[-1]))
+    return work
+
+
+def no_work(a: Any, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """A kernel that returns a view: no element is touched (hashing it is the executor's work)."""
+    return 0
+
+
+def scratch_per_output(nbytes: int) -> ScratchRule:
+    """Scratch of a kernel that holds ``nbytes`` per output element besides its outputs."""
+    def scratch(a: Any, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+        return nbytes * sum(t.size for t in outputs)
+    return scratch
+
+
+def no_scratch(a: Any, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """A kernel that allocates nothing but its outputs."""
+    return 0
 
 
 def same_shape(a: Any, x: TensorType, *rest: TensorType) -> tuple[Shape, ...]:

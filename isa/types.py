@@ -102,18 +102,19 @@ def clip_to_precision(x: np.ndarray, precision: int) -> np.ndarray:
 
 
 def div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """C division on int64 arrays: truncates toward zero, and x / 0 = 0.
+    """C division, broadcasting: truncates toward zero, and x / 0 = 0.
 
     numpy's ``//`` floors, so the quotient is taken on magnitudes and the sign
-    put back.
+    put back, in the operands' common integer dtype: no operand may be that
+    dtype's minimum, whose magnitude it cannot hold (no CVM int32 value is
+    INT32_MIN).  Every intermediate is that dtype or bool, so an int32
+    division holds 4-byte temporaries, not 8.
     """
-    a64 = np.asarray(a, dtype=np.int64)
-    b64 = np.asarray(b, dtype=np.int64)
-    zero = b64 == 0
-    safe = np.where(zero, np.int64(1), b64)
-    q = np.abs(a64) // np.abs(safe)
-    q = np.where((a64 < 0) != (safe < 0), -q, q)
-    return np.where(zero, np.int64(0), q).astype(np.int64)
+    zero = b == 0
+    q = np.floor_divide(np.abs(a), np.abs(np.where(zero, b.dtype.type(1), b)))
+    np.negative(q, out=q, where=(a < 0) != (b < 0))
+    np.copyto(q, 0, where=zero)
+    return q
 
 
 def round_half_away(x: np.ndarray | float) -> np.ndarray:

@@ -169,8 +169,9 @@ def test_nms_does_not_write_its_inputs():
     x.flags.writeable = False
     vc.flags.writeable = False
     attrs = parse_attrs(vision.NonMaxSuppressionAttrs, dict(iou_threshold=50, top_k=2), fill_defaults=True)
-    vision.nms_kernel(attrs, x, vc)
-    assert x.tolist() == [[D, B, A, C]]
+    for wide in (False, True):
+        vision.nms_kernel(attrs, x, vc, plan=vision.NmsPlan(wide))
+        assert x.tolist() == [[D, B, A, C]]
 
 
 # -- reference kernels against the kernels, under hypothesis -------------------------

@@ -18,7 +18,7 @@ import numpy as np
 from isa.errors import require
 from isa.ops.elemwise import NoAttrs, carry_precision
 from isa.reference import broadcast as reference
-from isa.spec import OpDef, fixed, unit_cost
+from isa.spec import OpDef, ScratchRule, fixed, no_scratch, strided_passes, unit_cost
 from isa.types import Shape, TensorType, div_trunc
 
 
@@ -30,6 +30,13 @@ def broadcast_shape(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[Shape, ..
         require(m == n or m == 1 or n == 1,
                 f"shapes {x.shape} and {y.shape} do not broadcast: aligned axis {i} has {m} vs {n}")
     return (tuple(max(m, n) for m, n in zip(sx, sy)),)
+
+
+def broadcast_scratch(out_bytes: int, in_bytes: tuple[int, ...] = (0, 0)) -> ScratchRule:
+    """Temporaries of ``out_bytes`` per output element and in_bytes[k] per element of input k."""
+    def scratch(a: NoAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+        return out_bytes * outputs[0].size + sum(n * t.size for n, t in zip(in_bytes, inputs))
+    return scratch
 
 
 def wider_precision(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[int, ...]:
@@ -45,7 +52,8 @@ def broadcast_add_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_ADD = OpDef("broadcast_add", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=carry_precision, cost=unit_cost,
-                      kernel=broadcast_add_kernel, reference=reference.broadcast_add)
+                      kernel=broadcast_add_kernel, reference=reference.broadcast_add,
+                      work=strided_passes(1), scratch=no_scratch)
 
 
 # -- broadcast_sub -----------------------------------------------------------
@@ -57,7 +65,8 @@ def broadcast_sub_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_SUB = OpDef("broadcast_sub", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=carry_precision, cost=unit_cost,
-                      kernel=broadcast_sub_kernel, reference=reference.broadcast_sub)
+                      kernel=broadcast_sub_kernel, reference=reference.broadcast_sub,
+                      work=strided_passes(1), scratch=no_scratch)
 
 
 # -- broadcast_mul -----------------------------------------------------------
@@ -74,7 +83,8 @@ def broadcast_mul_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_MUL = OpDef("broadcast_mul", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=broadcast_mul_precision, cost=unit_cost,
-                      kernel=broadcast_mul_kernel, reference=reference.broadcast_mul)
+                      kernel=broadcast_mul_kernel, reference=reference.broadcast_mul,
+                      work=strided_passes(1), scratch=no_scratch)
 
 
 # -- broadcast_div -----------------------------------------------------------
@@ -84,13 +94,14 @@ def broadcast_div_precision(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[i
 
 
 def broadcast_div_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Y = A / B truncated toward zero, and A / 0 = 0 (SEMANTICS.md section 1)."""
+    """Y = A / B truncated toward zero, and A / 0 = 0 (SEMANTICS.md section 1), in int32."""
     return (div_trunc(x, y),)
 
 
 BROADCAST_DIV = OpDef("broadcast_div", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=broadcast_div_precision, cost=unit_cost,
-                      kernel=broadcast_div_kernel, reference=reference.broadcast_div)
+                      kernel=broadcast_div_kernel, reference=reference.broadcast_div,
+                      work=strided_passes(8), scratch=broadcast_scratch(2, (5, 10)))
 
 
 # -- broadcast_max -----------------------------------------------------------
@@ -102,7 +113,8 @@ def broadcast_max_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 
 BROADCAST_MAX = OpDef("broadcast_max", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=wider_precision, cost=unit_cost,
-                      kernel=broadcast_max_kernel, reference=reference.broadcast_max)
+                      kernel=broadcast_max_kernel, reference=reference.broadcast_max,
+                      work=strided_passes(1), scratch=no_scratch)
 
 
 # -- broadcast_greater -------------------------------------------------------
@@ -119,7 +131,8 @@ def broadcast_greater_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[
 
 BROADCAST_GREATER = OpDef("broadcast_greater", NoAttrs, fixed("lhs", "rhs"), ("output",),
                           shape=broadcast_shape, precision=broadcast_greater_precision, cost=unit_cost,
-                          kernel=broadcast_greater_kernel, reference=reference.broadcast_greater)
+                          kernel=broadcast_greater_kernel, reference=reference.broadcast_greater,
+                          work=strided_passes(2), scratch=broadcast_scratch(1))
 
 
 # -- where -------------------------------------------------------------------
@@ -144,5 +157,6 @@ def where_kernel(a: NoAttrs, cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> 
 
 WHERE = OpDef("where", NoAttrs, fixed("condition", "x", "y"), ("output",),
               shape=where_shape, precision=where_precision, cost=unit_cost, kernel=where_kernel,
-              reference=reference.where)
+              reference=reference.where,
+              work=strided_passes(2), scratch=broadcast_scratch(0, (1, 0, 0)))
 

@@ -24,7 +24,7 @@ import numpy as np
 from isa.attrs import BOOL, INT, INT32_MAX, attr, between, one_of
 from isa.errors import InvalidError, require
 from isa.reference import elemwise as reference
-from isa.spec import OpDef, fixed, same_precision, same_shape, unit_cost
+from isa.spec import OpDef, fixed, no_scratch, per_output, same_precision, same_shape, scratch_per_output, unit_cost
 from isa.types import MAX_PRECISION, MIN_PRECISION, Shape, TensorType, number_precision, precision_bound
 
 
@@ -51,7 +51,8 @@ def relu_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 RELU = OpDef("relu", NoAttrs, fixed("data"), ("output",),
-             shape=same_shape, precision=same_precision, cost=unit_cost, kernel=relu_kernel, reference=reference.relu)
+             shape=same_shape, precision=same_precision, cost=unit_cost, kernel=relu_kernel, reference=reference.relu,
+             work=per_output(1), scratch=no_scratch)
 
 
 # -- abs ---------------------------------------------------------------------
@@ -62,7 +63,8 @@ def abs_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 ABS = OpDef("abs", NoAttrs, fixed("data"), ("output",),
-            shape=same_shape, precision=same_precision, cost=unit_cost, kernel=abs_kernel, reference=reference.abs_)
+            shape=same_shape, precision=same_precision, cost=unit_cost, kernel=abs_kernel, reference=reference.abs_,
+            work=per_output(1), scratch=no_scratch)
 
 
 # -- negative ----------------------------------------------------------------
@@ -74,7 +76,8 @@ def negative_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 NEGATIVE = OpDef("negative", NoAttrs, fixed("data"), ("output",),
                  shape=same_shape, precision=same_precision, cost=unit_cost, kernel=negative_kernel,
-                 reference=reference.negative)
+                 reference=reference.negative,
+                 work=per_output(1), scratch=no_scratch)
 
 
 # -- cvm_precision -----------------------------------------------------------
@@ -95,6 +98,8 @@ def cvm_precision_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 CVM_PRECISION = OpDef("cvm_precision", NoAttrs, fixed("data"), ("output",),
                       shape=same_shape, precision=cvm_precision_precision, cost=unit_cost,
+                      # a binary search per element, on int64 copies
+                      work=per_output(40), scratch=scratch_per_output(16),
                       kernel=cvm_precision_kernel, reference=reference.cvm_precision)
 
 
@@ -107,7 +112,8 @@ def elemwise_add_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.nd
 
 ELEMWISE_ADD = OpDef("elemwise_add", NoAttrs, fixed("lhs", "rhs"), ("output",),
                      shape=identical_shapes, precision=carry_precision, cost=unit_cost,
-                     kernel=elemwise_add_kernel, reference=reference.elemwise_add)
+                     kernel=elemwise_add_kernel, reference=reference.elemwise_add,
+                     work=per_output(1), scratch=no_scratch)
 
 
 # -- elemwise_sub ------------------------------------------------------------
@@ -119,7 +125,8 @@ def elemwise_sub_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.nd
 
 ELEMWISE_SUB = OpDef("elemwise_sub", NoAttrs, fixed("lhs", "rhs"), ("output",),
                      shape=identical_shapes, precision=carry_precision, cost=unit_cost,
-                     kernel=elemwise_sub_kernel, reference=reference.elemwise_sub)
+                     kernel=elemwise_sub_kernel, reference=reference.elemwise_sub,
+                     work=per_output(1), scratch=no_scratch)
 
 
 # -- clip --------------------------------------------------------------------
@@ -146,7 +153,8 @@ def clip_kernel(a: ClipAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 CLIP = OpDef("clip", ClipAttrs, fixed("data"), ("output",),
-             shape=same_shape, precision=clip_precision, cost=unit_cost, kernel=clip_kernel, reference=reference.clip)
+             shape=same_shape, precision=clip_precision, cost=unit_cost, kernel=clip_kernel, reference=reference.clip,
+             work=per_output(1), scratch=no_scratch)
 
 
 # -- cvm_clip ----------------------------------------------------------------
@@ -170,7 +178,8 @@ def cvm_clip_kernel(a: CvmClipAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 CVM_CLIP = OpDef("cvm_clip", CvmClipAttrs, fixed("data"), ("output",),
                  shape=same_shape, precision=cvm_clip_precision, cost=unit_cost, kernel=cvm_clip_kernel,
-                 reference=reference.cvm_clip)
+                 reference=reference.cvm_clip,
+                 work=per_output(1), scratch=no_scratch)
 
 
 # -- cvm_right_shift ---------------------------------------------------------
@@ -207,6 +216,11 @@ def right_shift_plan(a: RightShiftAttrs, x: TensorType) -> RightShiftPlan:
     return RightShiftPlan(top + half > INT32_MAX, clip)
 
 
+def right_shift_scratch(a: RightShiftAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The carry formula holds T = X >> (b-1) beside the output."""
+    return 4 * outputs[0].size if right_shift_plan(a, inputs[0]).carry else 0
+
+
 def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray, *, plan: RightShiftPlan) -> tuple[np.ndarray, ...]:
     """Y = clip(((X >> (b-1)) + 1) >> 1): divide by 2^b, round half toward +inf.
 
@@ -231,6 +245,7 @@ def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray, *, plan: RightShiftPla
 
 CVM_RIGHT_SHIFT = OpDef("cvm_right_shift", RightShiftAttrs, fixed("data"), ("output",),
                         shape=same_shape, precision=right_shift_precision, cost=unit_cost,
+                        work=per_output(2), scratch=right_shift_scratch,
                         kernel=right_shift_kernel, plan=right_shift_plan, reference=reference.cvm_right_shift)
 
 
@@ -260,5 +275,6 @@ def left_shift_kernel(a: LeftShiftAttrs, x: np.ndarray) -> tuple[np.ndarray, ...
 
 CVM_LEFT_SHIFT = OpDef("cvm_left_shift", LeftShiftAttrs, fixed("data"), ("output",),
                        shape=same_shape, precision=left_shift_precision, cost=unit_cost,
-                       kernel=left_shift_kernel, reference=reference.cvm_left_shift)
+                       kernel=left_shift_kernel, reference=reference.cvm_left_shift,
+                       work=per_output(1), scratch=no_scratch)
 

@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 from isa.attrs import ANY_BOOL, BOOL, INT, INT32_MAX, INT32_MIN, INTS, STR, attr, between, each, one_of
 from isa.errors import require
 from isa.reference import nn as reference
-from isa.spec import OpDef, fixed, same_precision, unit_cost
+from isa.spec import NUMPY_CALL, OpDef, ceil_div, fixed, same_precision, unit_cost
 from isa.types import MAX_DIM, Shape, TensorType, bitlen, precision_bound
 
 # The formalization's attribute range [min_attr, max_attr): strides, dilation,
@@ -121,6 +121,24 @@ def exact_gemm(plan: GemmPlan, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
+# Work of the exact GEMMs: units per 1000 multiply-adds by path (BLAS on two
+# threads for the float paths; numpy's own loop for int64), units per BLAS call
+# (one per matrix of a batched matmul, per chunk), and units per element of
+# each pass over the operands and results (casts, chunk sums, bias).
+GEMM_UNITS_PER_KMAC = {"f32": 60, "f64": 120, "i64": 1500}
+GEMM_CALL = 2000
+
+
+def gemm_work(plan: GemmPlan, macs: int, matrices: int) -> int:
+    """``macs`` multiply-adds in ``matrices`` matrix products per chunk."""
+    return ceil_div(macs * GEMM_UNITS_PER_KMAC[plan.path], 1000) + plan.chunks * matrices * GEMM_CALL
+
+
+def gemm_result_bytes(plan: GemmPlan, elements: int) -> int:
+    """A chunk's float result, its integer cast, and the sum of the chunks so far."""
+    return elements * (plan.operand_dtype.itemsize + 2 * plan.out_dtype.itemsize)
+
+
 def _require_int8_operands(what: str, x: TensorType, w: TensorType) -> None:
     require(x.precision <= MAX_INPUT_PRECISION,
             f"{what} data precision {x.precision} must be <= {MAX_INPUT_PRECISION}")
@@ -192,40 +210,176 @@ def conv2d_plan(a: Conv2DAttrs, x: TensorType, w: TensorType, b: TensorType | No
     return gemm_plan(w.size // w.shape[0], x.precision, w.precision, None if b is None else b.precision)
 
 
-def conv2d_patches(a: Conv2DAttrs, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """im2col: (N, groups, C/groups*KH*KW, OH*OW) in ``dtype``, zero padding.
+# -- conv2d: tiled im2col ---------------------------------------------------------
 
-    Row (n, g, (i*KH + r)*KW + s) holds input channel g*C/groups + i at kernel
-    offset (r, s) for every output position p*OW + q: the weight's
-    (C/groups, KH, KW) order on one side and NCHW on the other, so
-    W @ patches is the output without a transpose.
+# im2col is cut into tiles of at most this many bytes of patches (one sample,
+# group and output position at the least: K values), so that its scratch never
+# grows with the output.
+CONV_TILE_BYTES = 1 << 26
+
+
+@dataclass(frozen=True)
+class ConvTiling:
+    """How conv2d's im2col is cut, from shapes and the GEMM operand size alone.
+
+    A tile is ``nt`` samples x ``gt`` groups x a block of output positions:
+    ``th`` whole output rows, or (th = 1) ``tw`` columns of one row.  Windows
+    are read through a strided view of the band of input rows and columns a
+    tile spans, padded with zeros where they reach padding; ``gather`` reads
+    them element by element instead, when that band would be mostly padding
+    (a 1x1 input padded by 4095 on each side spans 8191^2 cells for 9 outputs).
     """
-    n, c, h, w = x.shape
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = a.kernel_size, a.strides, a.padding, a.dilation
-    oh, ow = conv2d_extent(a, h, w)
-    if ph or pw:
-        padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=dtype)
-        padded[:, :, ph:ph + h, pw:pw + w] = x
+
+    nt: int
+    gt: int
+    th: int
+    tw: int
+    gather: bool
+
+    def band(self, a: Conv2DAttrs, kh: int, kw: int) -> tuple[int, int]:
+        """Input rows and columns (padding included) one full tile's windows span."""
+        (sh, sw), (dh, dw) = a.strides, a.dilation
+        return (self.th - 1) * sh + (kh - 1) * dh + 1, (self.tw - 1) * sw + (kw - 1) * dw + 1
+
+    def counts(self, n: int, groups: int, oh: int, ow: int) -> tuple[int, int, int, int]:
+        """Tiles along samples, groups, output rows and output columns."""
+        return -(-n // self.nt), -(-groups // self.gt), -(-oh // self.th), -(-ow // self.tw)
+
+
+def conv2d_tiling(a: Conv2DAttrs, x: Shape, w: Shape, itemsize: int) -> ConvTiling:
+    n, c, h, width = x
+    oc, ic, kh, kw = w
+    oh, ow = conv2d_extent(a, h, width)
+    positions = max(1, CONV_TILE_BYTES // itemsize // (ic * kh * kw))  # of one sample and group
+    nt = gt = 1
+    if positions >= oh * ow:
+        th, tw = oh, ow
+        gt = min(a.groups, positions // (oh * ow))
+        if gt == a.groups:
+            nt = min(n, positions // (oh * ow * a.groups))
+    elif positions >= ow:
+        th, tw = positions // ow, ow
     else:
-        padded = x.astype(dtype)
-    sn, sc, sy, sx = padded.strides
-    ic = c // a.groups
-    windows = as_strided(padded, (n, a.groups, ic, kh, kw, oh, ow),
+        th, tw = 1, positions
+    tiling = ConvTiling(nt, gt, th, tw, False)
+    bh, bw = tiling.band(a, kh, kw)
+    padded = a.padding != (0, 0)
+    return ConvTiling(nt, gt, th, tw, padded and bh * bw > 4 * kh * kw * th * tw)
+
+
+def _conv2d_windows(a: Conv2DAttrs, x: np.ndarray, rows: range, cols: range, kernel: tuple[int, int],
+                    ic: int, dtype: np.dtype) -> np.ndarray:
+    """The tile's patches (nt, groups, IC*KH*KW, rows*cols) in ``dtype``, read as strided windows over
+    the band of input the tile spans (zero padding copied only where the band reaches it).
+
+    Row (i*KH + r)*KW + s of group g holds input channel g*IC + i at kernel
+    offset (r, s) for every output position of the tile: the weight's
+    (IC, KH, KW) order on one side and NCHW on the other.
+    """
+    nt, ct, h, width = x.shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, a.strides, a.padding, a.dilation
+    r0, r1 = rows.start * sh - ph, (rows.stop - 1) * sh - ph + (kh - 1) * dh + 1
+    c0, c1 = cols.start * sw - pw, (cols.stop - 1) * sw - pw + (kw - 1) * dw + 1
+    if r0 >= 0 and c0 >= 0 and r1 <= h and c1 <= width:
+        band = x[:, :, r0:r1, c0:c1]
+    else:
+        band = np.zeros((nt, ct, r1 - r0, c1 - c0), dtype=dtype)
+        lo_r, hi_r, lo_c, hi_c = max(r0, 0), min(r1, h), max(c0, 0), min(c1, width)
+        if lo_r < hi_r and lo_c < hi_c:
+            band[:, :, lo_r - r0:hi_r - r0, lo_c - c0:hi_c - c0] = x[:, :, lo_r:hi_r, lo_c:hi_c]
+    sn, sc, sy, sx = band.strides
+    windows = as_strided(band, (nt, ct // ic, ic, kh, kw, len(rows), len(cols)),
                          (sn, sc * ic, sc, sy * dh, sx * dw, sy * sh, sx * sw), writeable=False)
-    return np.ascontiguousarray(windows).reshape(n, a.groups, ic * kh * kw, oh * ow)
+    return np.array(windows, dtype=dtype, order="C").reshape(nt, ct // ic, ic * kh * kw, len(rows) * len(cols))
+
+
+def _conv2d_gathered(a: Conv2DAttrs, x: np.ndarray, rows: range, cols: range, kernel: tuple[int, int],
+                     ic: int, dtype: np.dtype) -> np.ndarray:
+    """The same patches as _conv2d_windows, each element read by index (padding taps set to 0)."""
+    nt, ct, h, width = x.shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, a.strides, a.padding, a.dilation
+    ih = (np.arange(rows.start, rows.stop, dtype=np.int64) * sh - ph)[None, :] + \
+        (np.arange(kh, dtype=np.int64) * dh)[:, None]                                      # (KH, rows)
+    iw = (np.arange(cols.start, cols.stop, dtype=np.int64) * sw - pw)[None, :] + \
+        (np.arange(kw, dtype=np.int64) * dw)[:, None]                                      # (KW, cols)
+    real = ((ih >= 0) & (ih < h))[:, None, :, None] & ((iw >= 0) & (iw < width))[None, :, None, :]
+    patches = x[:, :, np.clip(ih, 0, h - 1)[:, None, :, None], np.clip(iw, 0, width - 1)[None, :, None, :]]
+    patches[:, :, ~real] = 0                                                                 # (nt, ct, KH, KW, rows, cols)
+    return patches.astype(dtype).reshape(nt, ct // ic, ic * kh * kw, len(rows) * len(cols))
+
+
+CONV_WINDOW = 2    # units per im2col element read through strided windows (with the cast)
+CONV_GATHER = 8    # per element gathered by index
+CONV_TILE = 20 * NUMPY_CALL  # a tile's Python, slicing and index arithmetic
+
+
+def conv2d_work(a: Conv2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The GEMMs, im2col (every element once, plus the padded bands it is read from), the passes
+    over the output (chunk casts and sums, tile copies, bias), the weights' cast, and each tile's overhead."""
+    x, w = inputs[0], inputs[1]
+    n, c, h, width = x.shape
+    oc, ic, kh, kw = w.shape
+    oh, ow = outputs[0].shape[2:]
+    plan = conv2d_plan(a, *inputs)
+    t = conv2d_tiling(a, x.shape, w.shape, plan.operand_dtype.itemsize)
+    counts = t.counts(n, a.groups, oh, ow)
+    tiles = counts[0] * counts[1] * counts[2] * counts[3]
+    k = ic * kh * kw
+    patches = n * c * kh * kw * oh * ow
+    bh, bw = t.band(a, kh, kw)
+    bands = tiles * t.nt * t.gt * ic * bh * bw if a.padding != (0, 0) and not t.gather else 0
+    passes = 2 * plan.chunks + (tiles > 1) + (len(inputs) == 3)
+    return (gemm_work(plan, outputs[0].size * k, tiles * t.nt * t.gt)
+            + patches * (CONV_GATHER if t.gather else CONV_WINDOW) + bands
+            + outputs[0].size * passes + 2 * w.size + tiles * CONV_TILE)
+
+
+def conv2d_scratch(a: Conv2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The weights in the GEMM's dtype, one tile's patches (with the int32 gather or the padded
+    band they come from) and GEMM results, and an int64 output beside its int32 copy."""
+    x, w = inputs[0], inputs[1]
+    oc, ic, kh, kw = w.shape
+    plan = conv2d_plan(a, *inputs)
+    e = plan.operand_dtype.itemsize
+    t = conv2d_tiling(a, x.shape, w.shape, e)
+    bh, bw = t.band(a, kh, kw)
+    tile = t.nt * t.gt * ic * kh * kw * t.th * t.tw
+    source = tile * 4 + kh * kw * t.th * t.tw if t.gather else t.nt * t.gt * ic * bh * bw * e
+    wide = 8 * outputs[0].size if plan.out_dtype.itemsize == 8 else 0
+    return (w.size * e + tile * e + source + gemm_result_bytes(plan, t.nt * t.gt * (oc // a.groups) * t.th * t.tw)
+            + wide)
 
 
 def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
                   plan: GemmPlan) -> tuple[np.ndarray, ...]:
     """Y[n,o,p,q] = sum_{i,r,s} pad0(X)[n, g*IC + i, p*SH + r*DH - PH, q*SW + s*DW - PW] * W[o,i,r,s] (+ B[o]),
-    with IC = C/groups and g = o // (OC/groups), the group of output channel o, by the GEMM path of ``plan``.
+    with IC = C/groups and g = o // (OC/groups), the group of output channel o, by the GEMM path of ``plan``,
+    one tile of im2col at a time (conv2d_tiling): every output is one exact sum, whatever the tile.
     """
-    n, oc = x.shape[0], w.shape[0]
+    n, c, h, width = x.shape
+    oc, ic, kh, kw = w.shape
+    groups = a.groups
+    oh, ow = conv2d_extent(a, h, width)
     dtype = plan.operand_dtype
-    patches = conv2d_patches(a, x, dtype)                              # (N, G, K, OH*OW)
-    weights = w.reshape(a.groups, oc // a.groups, -1).astype(dtype)    # (G, OC/G, K)
-    # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
-    y = exact_gemm(plan, weights, patches).reshape(n, oc, *conv2d_extent(a, x.shape[2], x.shape[3]))
+    t = conv2d_tiling(a, x.shape, w.shape, dtype.itemsize)
+    patches_of = _conv2d_gathered if t.gather else _conv2d_windows
+    weights = w.reshape(groups, oc // groups, -1).astype(dtype)      # (G, OC/G, K)
+    if t.counts(n, groups, oh, ow) == (1, 1, 1, 1):
+        # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
+        y = exact_gemm(plan, weights, patches_of(a, x, range(oh), range(ow), (kh, kw), ic, dtype)).reshape(n, oc, oh, ow)
+    else:
+        out = np.empty((n, groups, oc // groups, oh, ow), dtype=plan.out_dtype)
+        for n0 in range(0, n, t.nt):
+            for g0 in range(0, groups, t.gt):
+                part = x[n0:n0 + t.nt, g0 * ic:(g0 + t.gt) * ic]
+                for o0 in range(0, oh, t.th):
+                    rows = range(o0, min(o0 + t.th, oh))
+                    for q0 in range(0, ow, t.tw):
+                        cols = range(q0, min(q0 + t.tw, ow))
+                        tile = exact_gemm(plan, weights[g0:g0 + t.gt], patches_of(a, part, rows, cols, (kh, kw), ic, dtype))
+                        out[n0:n0 + t.nt, g0:g0 + t.gt, :, o0:rows.stop, q0:cols.stop] = \
+                            tile.reshape(*tile.shape[:3], len(rows), len(cols))
+        y = out.reshape(n, oc, oh, ow)
     if b is not None:
         y += b[:, None, None]
     return (y,)
@@ -233,7 +387,8 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
 
 CONV2D = OpDef("conv2d", Conv2DAttrs, _use_bias_inputs, ("output",),
                shape=conv2d_shape, precision=conv2d_precision, cost=conv2d_cost, kernel=conv2d_kernel,
-               plan=conv2d_plan, reference=reference.conv2d)
+               plan=conv2d_plan, reference=reference.conv2d,
+               work=conv2d_work, scratch=conv2d_scratch)
 
 
 # -- dense ---------------------------------------------------------------------
@@ -266,6 +421,20 @@ def dense_plan(a: DenseAttrs, x: TensorType, w: TensorType, b: TensorType | None
     return gemm_plan(x.shape[1], x.precision, w.precision, None if b is None else b.precision)
 
 
+def dense_work(a: DenseAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    (m, k), units = inputs[0].shape, a.units
+    plan = dense_plan(a, *inputs)
+    return gemm_work(plan, m * units * k, 1) + 2 * (m + units) * k + outputs[0].size * (2 * plan.chunks + 1)
+
+
+def dense_scratch(a: DenseAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """Both operands in the GEMM's dtype, the GEMM results, and an int64 output beside its int32 copy."""
+    (m, k), units = inputs[0].shape, a.units
+    plan = dense_plan(a, *inputs)
+    wide = 8 * outputs[0].size if plan.out_dtype.itemsize == 8 else 0
+    return (m + units) * k * plan.operand_dtype.itemsize + gemm_result_bytes(plan, outputs[0].size) + wide
+
+
 def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
                  plan: GemmPlan) -> tuple[np.ndarray, ...]:
     """Y = X W^T (+ B), by the GEMM path of ``plan``."""
@@ -278,7 +447,8 @@ def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | No
 
 DENSE = OpDef("dense", DenseAttrs, _use_bias_inputs, ("output",),
               shape=dense_shape, precision=dense_precision, cost=dense_cost, kernel=dense_kernel,
-              plan=dense_plan, reference=reference.dense)
+              plan=dense_plan, reference=reference.dense,
+              work=dense_work, scratch=dense_scratch)
 
 
 # -- max_pool2d ----------------------------------------------------------------
@@ -321,36 +491,87 @@ def max_pool2d_cost(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: 
     return a.pool_size[0] * a.pool_size[1]
 
 
+def pool_compaction(size: int, k: int, s: int, p: int, out: int) -> tuple[int, int, bool]:
+    """How max_pool2d reads one axis: (stride, length, gathered) of the compact axis its windows use.
+
+    Window o's taps r in [0, k) sit at compact position o*s' + r with s' = min(s, k):
+    the input coordinates themselves (minus the padding) when windows overlap or
+    touch, or, when the stride skips input between windows (s > k), only the
+    k cells of each window side by side.  The compact axis is gathered from the
+    input (padding cells INT32_MIN) unless it is a plain slice of the input.
+    """
+    step = min(s, k)
+    length = (out - 1) * step + k
+    return step, length, s > k or p > 0 or length > size
+
+
+def _pool_coordinates(size: int, k: int, s: int, p: int, out: int) -> np.ndarray:
+    """The input coordinate of each compact position (pool_compaction), negative or >= size in padding."""
+    step, length, _ = pool_compaction(size, k, s, p, out)
+    m = np.arange(length, dtype=np.int64)
+    return m - p if step == s else (m // k) * s + m % k - p
+
+
+def max_pool2d_work(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The gather of the compact input (when one), one pass per window row over the compact columns,
+    one per window column over the output, and a numpy call per pass."""
+    n, c, h, w = inputs[0].shape
+    oh, ow = outputs[0].shape[2:]
+    (kh, kw), (sh, sw) = a.pool_size, a.strides
+    ph, pw = pool_padding(a)
+    _, rows, gather_rows = pool_compaction(h, kh, sh, ph, oh)
+    _, cols, gather_cols = pool_compaction(w, kw, sw, pw, ow)
+    gathered = 4 * n * c * rows * cols if gather_rows or gather_cols else 0
+    return gathered + n * c * oh * (kh * cols + kw * ow) + (kh + kw + 8) * NUMPY_CALL
+
+
+def max_pool2d_scratch(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The compact input (when gathered) and the row maxima (N, C, OH, compact columns)."""
+    n, c, h, w = inputs[0].shape
+    oh, ow = outputs[0].shape[2:]
+    (kh, kw), (sh, sw) = a.pool_size, a.strides
+    ph, pw = pool_padding(a)
+    _, rows, gather_rows = pool_compaction(h, kh, sh, ph, oh)
+    _, cols, gather_cols = pool_compaction(w, kw, sw, pw, ow)
+    gathered = 4 * n * c * rows * cols if gather_rows or gather_cols else 0
+    return gathered + 4 * n * c * oh * cols
+
+
 def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
     """Y[n,c,p,q] = max of pad(X) over rows [p*SH - PH, +KH) and columns [q*SW - PW, +KW);
     padding cells are INT32_MIN, so they never win (every window holds a real cell).
 
-    Separably, one whole-tensor maximum per window row, then per window column.
+    On the compact input (pool_compaction: only the cells windows touch, whatever the
+    strides), separably: one whole-tensor maximum per window row, then per window column.
     """
     (kh, kw), (sh, sw) = a.pool_size, a.strides
     ph, pw = pool_padding(a)
     h, w = x.shape[2:]
     oh = pool_extent(h, kh, sh, ph, a.ceil_mode)
     ow = pool_extent(w, kw, sw, pw, a.ceil_mode)
-    # ceil_mode's last window may reach past the symmetric padding.
-    bottom = max(ph, (oh - 1) * sh + kh - h - ph)
-    right = max(pw, (ow - 1) * sw + kw - w - pw)
-    padded = x
-    if bottom or right:
-        padded = np.full((*x.shape[:2], ph + h + bottom, pw + w + right), INT32_MIN, dtype=np.int32)
-        padded[:, :, ph:ph + h, pw:pw + w] = x
-    rows = padded[:, :, 0:(oh - 1) * sh + 1:sh].copy()
+    step_h, rows, gather_rows = pool_compaction(h, kh, sh, ph, oh)
+    step_w, cols, gather_cols = pool_compaction(w, kw, sw, pw, ow)
+    compact = x[:, :, :rows, :cols]
+    if gather_rows or gather_cols:
+        ri = _pool_coordinates(h, kh, sh, ph, oh) if gather_rows else np.arange(rows, dtype=np.int64)
+        ci = _pool_coordinates(w, kw, sw, pw, ow) if gather_cols else np.arange(cols, dtype=np.int64)
+        compact = x[:, :, np.clip(ri, 0, h - 1)[:, None], np.clip(ci, 0, w - 1)[None, :]]
+        compact[:, :, (ri < 0) | (ri >= h), :] = INT32_MIN
+        compact[:, :, :, (ci < 0) | (ci >= w)] = INT32_MIN
+    last_h, last_w = (oh - 1) * step_h + 1, (ow - 1) * step_w + 1
+    maxima = compact[:, :, 0:last_h:step_h].copy()
     for r in range(1, kh):
-        np.maximum(rows, padded[:, :, r:r + (oh - 1) * sh + 1:sh], out=rows)
-    y = rows[:, :, :, 0:(ow - 1) * sw + 1:sw].copy()
+        np.maximum(maxima, compact[:, :, r:r + last_h:step_h], out=maxima)
+    y = maxima[:, :, :, 0:last_w:step_w].copy()
     for s in range(1, kw):
-        np.maximum(y, rows[:, :, :, s:s + (ow - 1) * sw + 1:sw], out=y)
+        np.maximum(y, maxima[:, :, :, s:s + last_w:step_w], out=y)
     return (y,)
 
 
 MAX_POOL2D = OpDef("max_pool2d", MaxPool2DAttrs, fixed("data"), ("output",),
                    shape=max_pool2d_shape, precision=same_precision, cost=max_pool2d_cost,
-                   kernel=max_pool2d_kernel, reference=reference.max_pool2d)
+                   kernel=max_pool2d_kernel, reference=reference.max_pool2d,
+                   work=max_pool2d_work, scratch=max_pool2d_scratch)
 
 
 # -- upsampling ----------------------------------------------------------------
@@ -368,12 +589,22 @@ def upsampling_shape(a: UpSamplingAttrs, x: TensorType) -> tuple[Shape, ...]:
     return ((n, c, h * a.scale, w * a.scale),)
 
 
+def upsampling_work(a: UpSamplingAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    return 2 * outputs[0].size
+
+
+def upsampling_scratch(a: UpSamplingAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The input with its columns repeated: 1/scale of the output."""
+    return 4 * outputs[0].size // a.scale
+
+
 def upsampling_kernel(a: UpSamplingAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Y[n,c,h,w] = X[n,c,h // scale,w // scale] (nearest neighbour)."""
-    return (np.repeat(np.repeat(x, a.scale, axis=2), a.scale, axis=3),)
+    """Y[n,c,h,w] = X[n,c,h // scale,w // scale] (nearest neighbour): columns repeated, then whole rows."""
+    return (np.repeat(np.repeat(x, a.scale, axis=3), a.scale, axis=2),)
 
 
 UPSAMPLING = OpDef("upsampling", UpSamplingAttrs, fixed("data"), ("output",),
                    shape=upsampling_shape, precision=same_precision, cost=unit_cost, kernel=upsampling_kernel,
-                   reference=reference.upsampling)
+                   reference=reference.upsampling,
+                   work=upsampling_work, scratch=upsampling_scratch)
 

@@ -10,7 +10,6 @@ ones, tested against it under hypothesis.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import numpy as np
 from isa.attrs import ANY_INT32, INT, INT32_MAX, INTS, STR, attr, between, each, one_of
 from isa.errors import require
 from isa.reference import pool as reference
-from isa.spec import OpDef, fixed, normalize_axis
+from isa.spec import NUMPY_CALL, OpDef, fixed, normalize_axis
 from isa.types import DTYPES, INT32, Shape, TensorType, bitlen, shape_size
 
 # -- max_pool ----------------------------------------------------------------
@@ -164,13 +163,56 @@ def max_pool_cost(a: MaxPoolAttrs, inputs: tuple[TensorType, ...], outputs: tupl
     return math.prod(a.kernel_shape)
 
 
+def real_taps(size: int, k: int, s: int, d: int, begin: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per output position on one axis: the input coordinate of its first real tap, and its number
+    of real taps.  A window's real taps are consecutive taps (tap j sits at o*s - begin + j*d), so they
+    are first + t*d for t < count; the shape rule guarantees count >= 1."""
+    start = np.arange(out, dtype=np.int64) * s - begin                      # tap 0 of each window
+    first = np.where(start < 0, (-start + (d - 1)) // d, 0)                # first tap at coordinate >= 0
+    last = np.minimum(k - 1, (size - 1 - start) // d)                       # last tap below size
+    return start + first * d, last - first + 1
+
+
+def most_real_taps(size: int, k: int, d: int) -> int:
+    """At most this many taps of a window on one axis are real: k, and the window's
+    taps d apart that fit in the input."""
+    return min(k, (size - 1) // d + 1)
+
+
+# Per tap loop iteration, per window: the tap's position and mask, the gather,
+# the comparison, two masked copies.
+MAX_POOL_TAP = 6
+MAX_POOL_CALL = 12 * NUMPY_CALL
+
+
+def max_pool_work(a: MaxPoolAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The tap loop runs over the taps real in some window (most_real_taps per axis), every
+    window at once; then the winners' values and indices."""
+    x, windows = inputs[0], outputs[0].size
+    taps = math.prod(most_real_taps(size, k, d) for size, k, d in zip(x.shape[2:], a.kernel_shape, a.dilations))
+    keys = 2 * x.size if x.dtype.startswith("float") else 0
+    return taps * (MAX_POOL_TAP * windows + MAX_POOL_CALL) + keys + 8 * windows
+
+
+def max_pool_scratch(a: MaxPoolAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """Keys (floats with NaN as -inf), the best key, position, candidate and mask per window, one
+    tap's positions, and the int64 flat indices before their cast."""
+    x, windows = inputs[0], outputs[0].size
+    item = DTYPES[x.dtype].itemsize
+    keys = (item + 1) * x.size if x.dtype.startswith("float") else 0
+    spatial = windows // (x.shape[0] * x.shape[1])
+    return keys + windows * (2 * item + 8 + 1 + 16) + spatial * (16 + 1)
+
+
 def max_pool_kernel(a: MaxPoolAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
     """Y, Indices: per window, the first real tap (row-major window order) with the maximal key.
 
     key(v) = -inf for NaN, else v; padding taps never compete.  Y gathers X at
     the winner (bit for bit, so -0.0 stays -0.0), except that a window whose
-    real taps are all NaN or -inf gives -inf.  The loop is over kernel taps;
-    every output position moves together.
+    real taps are all NaN or -inf gives -inf.  The loop is over the t-th real
+    taps of the windows (real_taps), every window at once: a window's taps in
+    row-major order are its real taps in t order, and t = 0 is real for every
+    window, so the loop starts from it and visits only taps some window has.
     """
     n, c, *spatial = x.shape
     geometry = max_pool_geometry(a, tuple(spatial))
@@ -180,38 +222,33 @@ def max_pool_kernel(a: MaxPoolAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
     is_float = x.dtype.kind == "f"
     keys = np.where(np.isnan(flat), x.dtype.type(-np.inf), flat) if is_float else flat
 
-    # Per axis and per tap j: the clamped flat offset contributed by that axis
-    # (broadcastable over the output grid) and whether the coordinate is real.
-    axis_taps = []
+    axes = []  # per axis: first real coordinate, real tap count, flat step, grid shape
     step = shape_size(spatial)
     for i, (size, (begin, o)) in enumerate(zip(spatial, geometry)):
         step //= size
         grid = [1] * len(out)
         grid[i] = o
-        start = np.arange(o, dtype=np.int64) * a.strides[i] - begin
-        taps = []
-        for j in range(a.kernel_shape[i]):
-            coord = start + j * a.dilations[i]
-            real = (coord >= 0) & (coord < size)
-            taps.append(((np.clip(coord, 0, size - 1) * step).reshape(grid), real.reshape(grid), bool(real.all())))
-        axis_taps.append(taps)
+        first, count = real_taps(size, a.kernel_shape[i], a.strides[i], a.dilations[i], begin, o)
+        axes.append((first, count, step, tuple(grid), a.dilations[i], size))
 
     best_key = best_pos = None
-    have: np.ndarray | None = None  # positions that have met a real tap; None once all have
-    for number, combo in enumerate(itertools.product(*axis_taps)):  # row-major window order
-        pos = np.broadcast_to(sum(t[0] for t in combo), out).reshape(-1)
-        real = None if all(t[2] for t in combo) else \
-            np.broadcast_to(functools.reduce(np.logical_and, (t[1] for t in combo)), out).reshape(-1)
+    for number, combo in enumerate(itertools.product(*(range(int(ax[1].max())) for ax in axes))):
+        pos = np.zeros(out, dtype=np.int64)
+        real = None
+        for t, (first, count, step, grid, d, size) in zip(combo, axes):
+            coord = np.minimum(first + t * d, size - 1)  # clamped where the tap is not real: masked below
+            pos = pos + (coord * step).reshape(grid)
+            if t and not (count > t).all():
+                mask = (count > t).reshape(grid)
+                real = mask if real is None else real & mask
+        pos = pos.reshape(-1)
         candidate = np.take(keys, pos, axis=1)
         if number == 0:
-            best_key, best_pos, have = candidate, np.tile(pos, (planes, 1)), real
+            best_key, best_pos = candidate, np.broadcast_to(pos, (planes, pos.size)).copy()
             continue
         better = candidate > best_key  # strict: an equal later tap never displaces the first
         if real is not None:
-            better &= real
-        if have is not None:  # a position's first real tap wins whatever its key
-            better |= ~have if real is None else real & ~have
-            have = None if real is None or (have | real).all() else have | real
+            better &= np.broadcast_to(real, out).reshape(-1)
         np.copyto(best_key, candidate, where=better)
         np.copyto(best_pos, pos, where=better)
 
@@ -226,4 +263,5 @@ def max_pool_kernel(a: MaxPoolAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 MAX_POOL = OpDef("max_pool", MaxPoolAttrs, fixed("X"), ("Y", "Indices"),
                  shape=max_pool_shape, precision=max_pool_precision, cost=max_pool_cost,
-                 kernel=max_pool_kernel, dtypes=max_pool_dtypes, reference=reference.max_pool)
+                 kernel=max_pool_kernel, dtypes=max_pool_dtypes, reference=reference.max_pool,
+                 work=max_pool_work, scratch=max_pool_scratch)

@@ -25,7 +25,7 @@ from isa.attrs import ANY_INT32, INT, INT32_MAX, INTS, OPT_INT, Domain, attr, be
 from isa.errors import require
 from isa.ops.elemwise import NoAttrs
 from isa.reference import transform as reference
-from isa.spec import OpDef, fixed, normalize_axis, same_precision, unit_cost
+from isa.spec import OpDef, fixed, no_scratch, no_work, normalize_axis, same_precision, strided_passes, unit_cost
 from isa.types import MAX_RANK, Shape, TensorType, shape_size
 
 MAX_ATTR = 4096  # the formalization's max_attr: tile reps and num_newaxis stay below it
@@ -52,7 +52,8 @@ def repeat_kernel(a: RepeatAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 REPEAT = OpDef("repeat", RepeatAttrs, fixed("data"), ("output",),
                shape=repeat_shape, precision=same_precision, cost=unit_cost, kernel=repeat_kernel,
-               reference=reference.repeat)
+               reference=reference.repeat,
+               work=strided_passes(2), scratch=no_scratch)
 
 
 # -- tile --------------------------------------------------------------------
@@ -70,13 +71,19 @@ def tile_shape(a: TileAttrs, x: TensorType) -> tuple[Shape, ...]:
     return (tuple(d * r for d, r in zip(dims, reps)),)
 
 
+def tile_scratch(a: TileAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """np.tile repeats one axis at a time: the last two of its growing copies coexist."""
+    return 4 * outputs[0].size
+
+
 def tile_kernel(a: TileAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
     """Y[k] = X[k_{K-N+i} mod n_i ...]: both shapes right-aligned, padded with 1s."""
     return (np.tile(x, a.reps),)
 
 
 TILE = OpDef("tile", TileAttrs, fixed("data"), ("output",),
-             shape=tile_shape, precision=same_precision, cost=unit_cost, kernel=tile_kernel, reference=reference.tile)
+             shape=tile_shape, precision=same_precision, cost=unit_cost, kernel=tile_kernel, reference=reference.tile,
+             work=strided_passes(3), scratch=tile_scratch)
 
 
 # -- flatten -----------------------------------------------------------------
@@ -97,7 +104,8 @@ def flatten_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 FLATTEN = OpDef("flatten", NoAttrs, fixed("data"), ("output",),
                 shape=flatten_shape, precision=same_precision, cost=unit_cost, kernel=flatten_kernel,
-                reference=reference.flatten)
+                reference=reference.flatten,
+                work=no_work, scratch=no_scratch)
 
 
 # -- concatenate -------------------------------------------------------------
@@ -136,7 +144,8 @@ def concatenate_kernel(a: ConcatenateAttrs, *xs: np.ndarray) -> tuple[np.ndarray
 
 CONCATENATE = OpDef("concatenate", ConcatenateAttrs, concatenate_inputs, ("output",),
                     shape=concatenate_shape, precision=concatenate_precision, cost=unit_cost,
-                    kernel=concatenate_kernel, reference=reference.concatenate)
+                    kernel=concatenate_kernel, reference=reference.concatenate,
+                    work=strided_passes(1), scratch=no_scratch)
 
 
 # -- expand_dims -------------------------------------------------------------
@@ -166,7 +175,8 @@ def expand_dims_kernel(a: ExpandDimsAttrs, x: np.ndarray) -> tuple[np.ndarray, .
 
 EXPAND_DIMS = OpDef("expand_dims", ExpandDimsAttrs, fixed("data"), ("output",),
                     shape=expand_dims_shape, precision=same_precision, cost=unit_cost,
-                    kernel=expand_dims_kernel, reference=reference.expand_dims)
+                    kernel=expand_dims_kernel, reference=reference.expand_dims,
+                    work=no_work, scratch=no_scratch)
 
 
 # -- reshape -----------------------------------------------------------------
@@ -273,7 +283,8 @@ def reshape_kernel(a: ReshapeAttrs, x: np.ndarray, *, plan: Shape) -> tuple[np.n
 
 RESHAPE = OpDef("reshape", ReshapeAttrs, fixed("data"), ("output",),
                 shape=reshape_shape, precision=same_precision, cost=unit_cost, kernel=reshape_kernel,
-                plan=reshape_plan, reference=reference.reshape)
+                plan=reshape_plan, reference=reference.reshape,
+                work=no_work, scratch=no_scratch)
 
 
 # -- squeeze -----------------------------------------------------------------
@@ -307,7 +318,8 @@ def squeeze_kernel(a: SqueezeAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 SQUEEZE = OpDef("squeeze", SqueezeAttrs, fixed("data"), ("output",),
                 shape=squeeze_shape, precision=same_precision, cost=unit_cost, kernel=squeeze_kernel,
-                reference=reference.squeeze)
+                reference=reference.squeeze,
+                work=no_work, scratch=no_scratch)
 
 
 # -- transpose ---------------------------------------------------------------
@@ -340,7 +352,8 @@ def transpose_kernel(a: TransposeAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]
 
 TRANSPOSE = OpDef("transpose", TransposeAttrs, fixed("data"), ("output",),
                   shape=transpose_shape, precision=same_precision, cost=unit_cost, kernel=transpose_kernel,
-                  reference=reference.transpose)
+                  reference=reference.transpose,
+                  work=strided_passes(3), scratch=no_scratch)
 
 
 # -- strided_slice -----------------------------------------------------------
@@ -390,7 +403,8 @@ def strided_slice_kernel(a: StridedSliceAttrs, x: np.ndarray) -> tuple[np.ndarra
 
 STRIDED_SLICE = OpDef("strided_slice", StridedSliceAttrs, fixed("data"), ("output",),
                       shape=strided_slice_shape, precision=same_precision, cost=unit_cost,
-                      kernel=strided_slice_kernel, reference=reference.strided_slice)
+                      kernel=strided_slice_kernel, reference=reference.strided_slice,
+                      work=strided_passes(4), scratch=no_scratch)
 
 
 # -- take --------------------------------------------------------------------
@@ -407,6 +421,16 @@ def take_shape(a: TakeAttrs, x: TensorType, indices: TensorType) -> tuple[Shape,
     return (x.shape[:axis] + indices.shape + x.shape[axis + 1:],)
 
 
+def take_work(a: TakeAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The indices clipped, then one gather per output element."""
+    return inputs[1].size + 4 * outputs[0].size
+
+
+def take_scratch(a: TakeAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """The clipped indices."""
+    return 4 * inputs[1].size
+
+
 def take_kernel(a: TakeAttrs, x: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, ...]:
     """Indices are clipped to [0, n-1], never wrapped (SEMANTICS.md section 5)."""
     if a.axis is None:
@@ -416,7 +440,8 @@ def take_kernel(a: TakeAttrs, x: np.ndarray, indices: np.ndarray) -> tuple[np.nd
 
 
 TAKE = OpDef("take", TakeAttrs, fixed("data", "indices"), ("output",),
-             shape=take_shape, precision=same_precision, cost=unit_cost, kernel=take_kernel, reference=reference.take)
+             shape=take_shape, precision=same_precision, cost=unit_cost, kernel=take_kernel, reference=reference.take,
+             work=take_work, scratch=take_scratch)
 
 
 # -- cvm_lut -----------------------------------------------------------------
@@ -435,6 +460,14 @@ def cvm_lut_precision(a: CvmLutAttrs, indices: TensorType, table: TensorType) ->
     return (table.precision,)
 
 
+def cvm_lut_work(a: CvmLutAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    return take_work(TakeAttrs(None), (inputs[1], inputs[0]), outputs)
+
+
+def cvm_lut_scratch(a: CvmLutAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    return take_scratch(TakeAttrs(None), (inputs[1], inputs[0]), outputs)
+
+
 def cvm_lut_kernel(a: CvmLutAttrs, indices: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, ...]:
     """Y = take(table, indices, axis=None)."""
     return take_kernel(TakeAttrs(None), table, indices)
@@ -442,7 +475,8 @@ def cvm_lut_kernel(a: CvmLutAttrs, indices: np.ndarray, table: np.ndarray) -> tu
 
 CVM_LUT = OpDef("cvm_lut", CvmLutAttrs, fixed("indices", "table"), ("output",),
                 shape=cvm_lut_shape, precision=cvm_lut_precision, cost=unit_cost, kernel=cvm_lut_kernel,
-                reference=reference.cvm_lut)
+                reference=reference.cvm_lut,
+                work=cvm_lut_work, scratch=cvm_lut_scratch)
 
 
 # -- slice_like --------------------------------------------------------------
@@ -480,5 +514,6 @@ def slice_like_kernel(a: SliceLikeAttrs, x: np.ndarray, like: np.ndarray) -> tup
 
 SLICE_LIKE = OpDef("slice_like", SliceLikeAttrs, fixed("data", "shape_like"), ("output",),
                    shape=slice_like_shape, precision=same_precision, cost=unit_cost, kernel=slice_like_kernel,
-                   reference=reference.slice_like)
+                   reference=reference.slice_like,
+                   work=strided_passes(1), scratch=no_scratch)
 
