@@ -20,7 +20,7 @@ from cvmvm import files
 from cvmvm.vm.batching import Batch
 from cvmvm.vm.execute import Clipping, TensorObserver, execute, peak_bytes, prepare_inputs
 from cvmvm.vm.trace import Trace, Tracer, build_trace, tensor_name
-from cvmvm.vm.verify import Limits, Program, verify, verify_instruction
+from cvmvm.vm.verify import DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, verify, verify_instruction
 
 # A file: its path, or its bytes.
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
@@ -109,6 +109,21 @@ class Model:
     @property
     def ops(self) -> int:
         return self.program.ops
+
+    @property
+    def work(self) -> int:
+        """Work units one run takes (docs/RESOURCES.md): what the VM really spends, unlike ``ops``."""
+        return self.program.work
+
+    @property
+    def memory_bytes(self) -> int:
+        """Peak bytes of one run: live tensors plus the running kernel's outputs and scratch."""
+        return self.program.memory_bytes
+
+    @property
+    def limits(self) -> Limits:
+        """The limits the model was verified under."""
+        return self.program.limits
 
     @property
     def gas(self) -> int:
@@ -218,17 +233,23 @@ def _read(source: object, what: str) -> tuple[bytes, str]:
     raise UsageError("argument", f"{what}: expected a path or bytes, got {type(source).__name__}")
 
 
-def _limits(ops_limit: object) -> Limits:
-    if ops_limit is not None and (type(ops_limit) is not int or ops_limit < 1):
-        raise UsageError("argument", f"ops_limit: expected a positive integer or None, got {ops_limit!r}")
-    return Limits(ops=ops_limit)
+def _limits(ops_limit: object, memory_limit: object, work_limit: object) -> Limits:
+    for name, value in (("ops_limit", ops_limit), ("memory_limit", memory_limit), ("work_limit", work_limit)):
+        if value is not None and (type(value) is not int or value < 1):
+            raise UsageError("argument", f"{name}: expected a positive integer or None, got {value!r}")
+    return Limits(ops_limit, memory_limit, work_limit)  # type: ignore[arg-type]
 
 
-def load(source: Source, params: Source | None = None, *, ops_limit: int | None = None) -> Model:
+def load(source: Source, params: Source | None = None, *, ops_limit: int | None = None,
+         memory_limit: int | None = DEFAULT_MEMORY_LIMIT, work_limit: int | None = DEFAULT_WORK_LIMIT) -> Model:
     """Load and verify a model: a native model, or a Cortex graph JSON with its params, told apart
     by content.  ``source`` and ``params`` are paths or the files' bytes (bytes, bytearray,
-    memoryview); ``params`` only for a Cortex graph that has params."""
-    limits = _limits(ops_limit)
+    memoryview); ``params`` only for a Cortex graph that has params.
+
+    A model whose run would exceed a limit is refused (limit.ops, limit.memory,
+    limit.work: docs/RESOURCES.md) before anything runs; None lifts a limit.
+    """
+    limits = _limits(ops_limit, memory_limit, work_limit)
     data, where = _read(source, "model")
     kind = kinds.expect(data, kinds.MODEL, where, "a model (a native model or a Cortex graph JSON)")
     if kind == kinds.NATIVE or (kind is None and data.lstrip()[:1] != b"{"):
@@ -242,9 +263,11 @@ def load(source: Source, params: Source | None = None, *, ops_limit: int | None 
     return Model(verify(cortex.read_cortex(data, blob), limits))
 
 
-def load_cortex(graph: Any, params: Any = None, *, ops_limit: int | None = None) -> Model:
-    """Load and verify a Cortex model (graph: path, JSON text, bytes or dict; params: path, bytes or None)."""
-    return Model(verify(cortex.read_cortex(graph, params), _limits(ops_limit)))
+def load_cortex(graph: Any, params: Any = None, *, ops_limit: int | None = None,
+                memory_limit: int | None = DEFAULT_MEMORY_LIMIT, work_limit: int | None = DEFAULT_WORK_LIMIT) -> Model:
+    """Load and verify a Cortex model (graph: path, JSON text, bytes or dict; params: path, bytes or None);
+    limits as for ``load``."""
+    return Model(verify(cortex.read_cortex(graph, params), _limits(ops_limit, memory_limit, work_limit)))
 
 
 def _run_op_type(k: int, value: np.ndarray, precision: int | None) -> TensorType:
@@ -266,7 +289,8 @@ def _run_op_type(k: int, value: np.ndarray, precision: int | None) -> TensorType
 
 
 def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,
-                    precisions: Sequence[int | None] | None = None) -> tuple[Model, dict[str, np.ndarray]]:
+                    precisions: Sequence[int | None] | None = None,
+                    limits: Limits = Limits()) -> tuple[Model, dict[str, np.ndarray]]:
     """A verified one-instruction model over ``inputs`` (named in0, in1, ...), and its feeds."""
     if not isinstance(name, str):
         raise UsageError("argument", f"op name: expected a str, got {type(name).__name__}")
@@ -277,6 +301,8 @@ def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str,
                                      f"got {type(attrs).__name__}")
     if precisions is not None and not isinstance(precisions, (list, tuple)):
         raise UsageError("argument", f"precisions: expected a list, got {type(precisions).__name__}")
+    if not isinstance(limits, Limits):
+        raise UsageError("argument", f"limits: expected a cvmvm.Limits, got {type(limits).__name__}")
     op = OP_BY_NAME.get(name)
     if op is None:
         raise InvalidError("op", f"unknown op {name!r}")
@@ -284,7 +310,7 @@ def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str,
         raise InputError("precision", f"{len(precisions)} precisions for {len(inputs)} inputs")
     record = parse_attrs(op.attrs, dict(attrs or {}), fill_defaults=True)
     types = [_run_op_type(k, v, None if precisions is None else precisions[k]) for k, v in enumerate(inputs)]
-    program = verify_instruction(op, record, list(zip(types, inputs)))
+    program = verify_instruction(op, record, list(zip(types, inputs)), limits)
     # _run_op_type types an int64 array int32 when its values fit; the program reads int32.
     feeds = {f"in{k}": np.asarray(v, dtype=np.int32) if t.dtype == INT32 else v
              for k, (t, v) in enumerate(zip(types, inputs))}
@@ -292,15 +318,15 @@ def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str,
 
 
 def run_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,
-           precisions: Sequence[int | None] | None = None) -> list[np.ndarray]:
+           precisions: Sequence[int | None] | None = None, limits: Limits = Limits()) -> list[np.ndarray]:
     """Verify and run one op, exactly as inside a model.
 
     Attributes are typed Python values; missing ones take the Cortex runtime's
     defaults.  ``precisions`` gives each int32 input's precision (default: the
     smallest that holds its values); unlike a model's ``data``, values outside
-    it are an error, not clipped.
+    it are an error, not clipped.  ``limits`` as for a model (the default limits).
     """
-    model, feeds = single_op_model(name, inputs, attrs, precisions)
+    model, feeds = single_op_model(name, inputs, attrs, precisions, limits)
     return execute(model.program, feeds)[0]
 
 

@@ -151,7 +151,8 @@ def stacked_program(program: Program, stacked: tuple[bool, ...], count: int) -> 
                     tuple(dataclasses.replace(ins, attrs=_stacked_attrs(step, count), declared_shapes=None)
                           for ins, step in zip(m.instrs, program.steps)), m.outputs)
     try:
-        big = verify(model)
+        # The batch must fit the model's memory limit; its work is count runs' worth, each within the limit.
+        big = verify(model, dataclasses.replace(program.limits, work=None))
     except CvmError:
         return None
     want = tuple(_scaled(t, count) if s else t for t, s in zip(program.types, stacked))

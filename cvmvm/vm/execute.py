@@ -16,9 +16,8 @@ from typing import Callable, Iterable, Mapping, cast
 
 import numpy as np
 
-from isa.errors import InputError, InternalError
-from isa.types import (DTYPES, INT32, TensorType, clip_to_precision, precision_bound, quantize_float, round_half_away,
-                       vm_dtype)
+from isa.errors import InputError, InternalError, LimitError
+from isa.types import DTYPES, INT32, TensorType, precision_bound, quantize_float, round_half_away, vm_dtype
 from cvmvm.vm.verify import Program
 
 # Called with (tensor id, array) for every tensor as it comes into existence:
@@ -64,28 +63,36 @@ def prepare_input(name: str, t: TensorType, value: object, scale: float | None =
             if not np.all(np.isfinite(value)):
                 raise InputError("value", f"input {name}: a float input holds NaN or infinity")
             if clipped is not None and value.size:
-                # quantize_float's q = round_half_away(x / scale) leaves [-bound, bound] exactly when
-                # |x / scale| >= bound + 1/2.
-                ratio = np.asarray(value, dtype=np.float64) / np.float64(scale)
-                count = int(np.count_nonzero(np.abs(ratio) >= bound + 0.5))
-                if count:
-                    lo, hi = round_half_away(np.array([ratio.min(), ratio.max()]))
-                    clipped.append(Clipping(name, count, int(lo), int(hi), t.precision))
+                _report_float_clipping(name, t, value, scale, clipped)
             return np.ascontiguousarray(quantize_float(value, scale, t.precision))
         if value.dtype.kind not in "iu":
             hint = ", and the model gives this input no scale" if value.dtype.kind == "f" and scale is None else ""
             raise InputError("dtype", f"input {name}: dtype {value.dtype} is not an integer type{hint}")
         wide = value.astype(np.int64) if value.dtype != np.uint64 else np.minimum(value, np.iinfo(np.int64).max).astype(np.int64)
         if clipped is not None and wide.size:
-            count = int(np.count_nonzero((wide < -bound) | (wide > bound)))
+            count = int(np.count_nonzero(wide < -bound)) + int(np.count_nonzero(wide > bound))
             if count:
                 # The largest given value, not the saturated one, for a uint64 input.
                 high = int(value.max())
                 clipped.append(Clipping(name, count, int(wide.min()), high, t.precision))
-        return np.ascontiguousarray(clip_to_precision(wide, t.precision))
+        np.clip(wide, -bound, bound, out=wide)  # in place: one int64 copy of the input at a time (INPUT_SCRATCH)
+        return wide.astype(np.int32)
     if vm_dtype(value.dtype) != t.dtype:
         raise InputError("dtype", f"input {name}: dtype {value.dtype} must be {t.dtype}")
     return np.ascontiguousarray(value, dtype=DTYPES[t.dtype])
+
+
+def _report_float_clipping(name: str, t: TensorType, value: np.ndarray, scale: float,
+                           clipped: list[Clipping]) -> None:
+    """quantize_float's q = round_half_away(x / scale) leaves [-bound, bound] exactly when
+    |x / scale| >= bound + 1/2.  (A function of its own: its float64 temporaries are gone
+    before quantize_float makes its own, SCALED_INPUT_SCRATCH.)"""
+    bound = precision_bound(t.precision)
+    ratio = np.asarray(value, dtype=np.float64) / np.float64(scale)
+    count = int(np.count_nonzero(np.abs(ratio) >= bound + 0.5))
+    if count:
+        lo, hi = round_half_away(np.array([ratio.min(), ratio.max()]))
+        clipped.append(Clipping(name, count, int(lo), int(hi), t.precision))
 
 
 def prepare_inputs(program: Program, inputs: Mapping[str, object] | Iterable[tuple[str, object]],
@@ -143,7 +150,21 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
             clipped: list[Clipping] | None = None) -> tuple[list[np.ndarray], int]:
     """Run the program; return its outputs in head order and the peak bytes of live tensors
     (what ``peak_bytes`` computes from the program alone).  Clipped inputs are reported in
-    ``clipped`` when given."""
+    ``clipped`` when given.
+
+    Verification bounded the run's memory (``program.memory_bytes``); a host
+    that cannot give that much is refused as limit.memory, never a crash.
+    """
+    position = ["its inputs"]  # where the run is, for that refusal
+    try:
+        return _execute(program, inputs, observe, clipped, position)
+    except MemoryError:
+        raise LimitError("memory", f"out of memory at {position[0]}: this host cannot give the "
+                                   f"{program.memory_bytes} bytes the program needs at its peak") from None
+
+
+def _execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorObserver | None,
+             clipped: list[Clipping] | None, position: list[str]) -> tuple[list[np.ndarray], int]:
     model = program.model
     variables = prepare_inputs(program, inputs, clipped) + [p.value for p in model.params]
     if observe is not None:
@@ -151,21 +172,24 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
             observe(k, value)
     env: list[np.ndarray | None] = [*variables, *[None] * (len(program.types) - len(variables))]
     nbytes = [v.nbytes for v in variables] + [0] * (len(program.types) - len(variables))
+    del variables  # each tensor is held by env alone, so freeing it there frees it
     live = sum(nbytes)
     peak = live
     for step in program.steps:
-        args = [env[t] for t in step.inputs]
-        results = step.run(*args)
+        where = f"instruction {step.index} ({step.op.name})"
+        position[0] = where
+        results = step.run(*(env[t] for t in step.inputs))
         if len(results) != len(step.outputs):
-            raise InternalError("arity", f"instruction {step.index} ({step.op.name}): kernel returned "
-                                         f"{len(results)} outputs, verified {len(step.outputs)}")
+            raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, verified {len(step.outputs)}")
         for t, ty, value in zip(step.outputs, step.out_types, results):
-            out = confirm(f"instruction {step.index} ({step.op.name})", ty, value)
+            out = confirm(where, ty, value)
             env[t] = out
             nbytes[t] = out.nbytes
             live += out.nbytes
             if observe is not None:
                 observe(t, out)
+        # The kernel's own arrays (an int64 result beside its int32 copy) go before the next kernel runs.
+        del results, value, out
         peak = max(peak, live)
         for t in program.free_after[step.index]:
             live -= nbytes[t]

@@ -7,7 +7,10 @@ tensor hashes depend on the data.
 Hashing is a large share of a traced run, and hashlib releases the GIL on
 large buffers: a background thread hashes one tensor while the next kernel
 runs.  Each digest is stored under its tensor id, so the order in which they
-finish changes nothing.
+finish changes nothing.  The thread never keeps a tensor alive past its last
+use: verification's memory bound counts a tensor only while it is live, so a
+tensor about to be freed is waited for, and one that dies at once is hashed
+at once.
 """
 
 from __future__ import annotations
@@ -76,10 +79,12 @@ def _layout(program: Program) -> TraceLayout:
 @dataclass
 class _PerProgram:
     """What is fixed by a program, so computed once, not once per run: its trace
-    layout and the digests of its read-only params."""
+    layout, the digests of its read-only params, and which tensors die once each
+    tensor is made (the last output of step i: free_after[i])."""
 
     layout: TraceLayout | None
     params: list[bytes | None]
+    dying: dict[int, frozenset[int]]
 
 
 # By id(program), dropped when the program is.
@@ -90,7 +95,8 @@ def _cached(program: Program) -> _PerProgram:
     key = id(program)
     entry = _per_program.get(key)
     if entry is None:
-        entry = _per_program[key] = _PerProgram(None, [None] * len(program.model.params))
+        dying = {s.outputs[-1]: frozenset(program.free_after[s.index]) for s in program.steps}
+        entry = _per_program[key] = _PerProgram(None, [None] * len(program.model.params), dying)
         weakref.finalize(program, _per_program.pop, key, None)
     return entry
 
@@ -173,7 +179,9 @@ class Tracer:
         self._pending: deque[tuple[int, int, Future[bytes]]] = deque()  # (tensor, its bytes, its hash), in order
         self._backlog = 0
         self._first_param = len(program.model.inputs)
-        self._params = _cached(program).params
+        cached = _cached(program)
+        self._params = cached.params
+        self._dying = cached.dying
         self._fresh_params: list[int] = []
 
     def __call__(self, tensor: int, value: np.ndarray) -> None:
@@ -187,13 +195,18 @@ class Tracer:
         # One thread works in order, so the finished ones are at the front.
         while self._pending and self._pending[0][2].done():
             self._collect()
-        if value.nbytes < BACKGROUND_MIN_BYTES or (self._backlog and self._backlog + value.nbytes > MAX_BACKLOG_BYTES):
+        dying = self._dying.get(tensor, frozenset())
+        if (value.nbytes < BACKGROUND_MIN_BYTES or tensor in dying
+                or (self._backlog and self._backlog + value.nbytes > MAX_BACKLOG_BYTES)):
             self._digests[tensor] = tensor_hash(value, dtype)
         else:
             self._pending.append((tensor, value.nbytes, _background().submit(tensor_hash, value, dtype)))
             self._backlog += value.nbytes
         if constant:
             self._fresh_params.append(k)
+        # Execution frees these as soon as this call returns.
+        while dying and any(t in dying for t, _, _ in self._pending):
+            self._collect()
 
     @property
     def digests(self) -> list[bytes | None]:

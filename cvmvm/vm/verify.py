@@ -1,8 +1,10 @@
 """Verification: a decoded Model becomes a checked Program, or a CvmError.
 
 Every static rule runs here, before any kernel: graph structure, op arity,
-attribute records, dtype, shape and precision inference, the size limits and
-the cost ("ops", SEMANTICS.md section 3).  Execution accepts only a Program.
+attribute records, dtype, shape and precision inference, the size limits, the
+cost ("ops", SEMANTICS.md section 3), and the resources a run needs (work and
+peak memory, docs/RESOURCES.md) against the caller's limits.  Execution
+accepts only a Program.
 """
 
 from __future__ import annotations
@@ -23,12 +25,39 @@ from serializer.model import Input, Instr, Model, Param, Scales
 MAX_BASE_COST = 1 << 30
 VARIABLE_COST = 5  # ops per element of every input and param, and of every op output
 
+# -- resources (docs/RESOURCES.md) ---------------------------------------------------
+#
+# A run's work is each kernel's (its op's work rule) plus the executor's own:
+# per instruction (dispatch, output checks, trace leaf) and per byte of every
+# tensor it checks and hashes.  Its memory is the peak, over the run, of the
+# live tensors (params always, every other tensor from its creation to its last
+# use) plus the running kernel's outputs and scratch.  Units: bench/work.py.
+STEP_WORK = 15_000        # work units per instruction
+VARIABLE_WORK = 2_000     # per input or param: its leaf
+INPUT_WORK = 3            # per input element: checked, clipped, copied
+STEP_SCRATCH = 1 << 20    # bytes every kernel may hold besides its rule's (numpy's buffers, index arrays)
+INPUT_SCRATCH = 8         # bytes per input element while it is prepared (an int64 copy)
+
+DEFAULT_MEMORY_LIMIT = 2 << 30          # bytes: a 4 GiB machine runs any verified program
+DEFAULT_WORK_LIMIT = 5_000_000_000      # work units: a few seconds
+
+
+def tensor_work(t: TensorType) -> int:
+    """The executor's work on one tensor: its values checked, its bytes hashed."""
+    return t.size + tensor_bytes(t) // 2
+
+
+def tensor_bytes(t: TensorType) -> int:
+    return t.size * DTYPES[t.dtype].itemsize
+
 
 @dataclass(frozen=True)
 class Limits:
-    """Caller-chosen budgets on top of the ISA's own limits."""
+    """Caller-chosen budgets on top of the ISA's own limits; None: no limit."""
 
     ops: int | None = None  # reject a model whose cost exceeds this, before running it
+    memory: int | None = DEFAULT_MEMORY_LIMIT  # bytes: peak live tensors + scratch of a run
+    work: int | None = DEFAULT_WORK_LIMIT      # work units of a run
 
 
 @dataclass(frozen=True)
@@ -43,6 +72,8 @@ class Step:
     out_types: tuple[TensorType, ...]
     plan: Any
     cost: int  # this instruction's share of the total ops
+    work: int  # its kernel's work and the executor's
+    scratch: int  # bytes its kernel holds beyond its inputs and outputs
     name: str
     run: Callable[..., tuple[np.ndarray, ...]]
 
@@ -56,6 +87,9 @@ class Program:
     # After step i runs, the tensors in free_after[i] are dead (no later step or
     # output reads them) and execution drops them.
     free_after: tuple[tuple[int, ...], ...]
+    work: int = 0           # work units of one run (docs/RESOURCES.md)
+    memory_bytes: int = 0   # peak bytes of one run: live tensors + scratch
+    limits: Limits = Limits()
 
     @property
     def input_types(self) -> tuple[TensorType, ...]:
@@ -125,6 +159,8 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
         check_tensor_type(var.type, f"variable {var.name}")
         types.append(var.type)
         ops += VARIABLE_COST * var.type.size
+    if ops > MAX_OPS:
+        raise LimitError("ops", f"variables: total ops {ops} exceed 2^40")
     for p in model.params:
         check_param_value(p.name, p.type, p.value)
 
@@ -170,7 +206,10 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
             raise LimitError("ops", f"{where}: total ops {ops} exceed 2^40")
         plan = _apply_rule(op.plan, "precision", where, instr.attrs, *ins) if op.plan else None
         run = functools.partial(op.kernel, instr.attrs, plan=plan) if op.plan else functools.partial(op.kernel, instr.attrs)
-        steps.append(Step(index, op, instr.attrs, instr.inputs, instr.outputs, outs, plan, cost, instr.name, run))
+        work = STEP_WORK + op.work(instr.attrs, ins, outs) + sum(tensor_work(t) for t in outs)
+        scratch = STEP_SCRATCH + op.scratch(instr.attrs, ins, outs)
+        steps.append(Step(index, op, instr.attrs, instr.inputs, instr.outputs, outs, plan, cost, work, scratch,
+                          instr.name, run))
         types.extend(outs)
 
     for t in model.outputs:
@@ -180,10 +219,43 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
         check_scales(model, model.scales, types)
     if limits.ops is not None and ops > limits.ops:
         raise LimitError("ops", f"model costs {ops} ops, over the limit of {limits.ops}")
-    return Program(model, tuple(types), tuple(steps), ops, _liveness(model, steps))
+    free_after = _liveness(model, steps)
+    work, memory = _resources(model, tuple(types), steps, free_after, limits)
+    return Program(model, tuple(types), tuple(steps), ops, free_after, work, memory, limits)
 
 
-def verify_instruction(op: OpDef, attrs: Any, inputs: Sequence[tuple[TensorType, np.ndarray]]) -> Program:
+def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
+               free_after: tuple[tuple[int, ...], ...], limits: Limits) -> tuple[int, int]:
+    """(work, peak memory) of one run, walking it in program order; the first point at which
+    either crosses its limit is refused, naming it, the measure and both numbers."""
+    def check(where: str, work: int, memory: int, detail: str) -> None:
+        if limits.memory is not None and memory > limits.memory:
+            raise LimitError("memory", f"{where}: needs {memory} bytes of memory ({detail}), "
+                                       f"over the memory limit of {limits.memory}")
+        if limits.work is not None and work > limits.work:
+            raise LimitError("work", f"{where}: total work {work} units exceeds the work limit of {limits.work}")
+
+    variables = (*model.inputs, *model.params)
+    live = sum(tensor_bytes(v.type) for v in variables)
+    work = sum(VARIABLE_WORK + tensor_work(v.type) for v in variables)
+    work += sum(INPUT_WORK * i.type.size for i in model.inputs)
+    prepare = max((INPUT_SCRATCH * i.type.size for i in model.inputs), default=0)
+    peak = live + prepare
+    check("variables", work, peak, f"{live} of inputs and params, {prepare} to prepare an input")
+    params = set(range(len(model.inputs), model.num_variables))  # held by the model, never freed
+    for step in steps:
+        work += step.work
+        made = sum(tensor_bytes(t) for t in step.out_types)
+        memory = live + made + step.scratch
+        where = f"instruction {step.index} ({step.op.name}{' ' + step.name if step.name else ''})"
+        check(where, work, memory, f"{live} live, {made} of outputs, {step.scratch} of scratch")
+        peak = max(peak, memory)
+        live += made - sum(tensor_bytes(types[t]) for t in free_after[step.index] if t not in params)
+    return work, peak
+
+
+def verify_instruction(op: OpDef, attrs: Any, inputs: Sequence[tuple[TensorType, np.ndarray]],
+                       limits: Limits = Limits()) -> Program:
     """``op`` alone, as a program over inputs in0, in1, ... of the given types and values: what
     run_op runs and what a step proof re-executes.
 
@@ -200,7 +272,7 @@ def verify_instruction(op: OpDef, attrs: Any, inputs: Sequence[tuple[TensorType,
     n = len(inputs)
     outputs = tuple(range(n, n + len(op.outputs)))
     return verify(Model(tuple(Input(f"in{k}", t) for k, (t, _) in enumerate(inputs)), (),
-                        (Instr(op.name, attrs, tuple(range(n)), outputs),), outputs))
+                        (Instr(op.name, attrs, tuple(range(n)), outputs),), outputs), limits)
 
 
 def _liveness(model: Model, steps: list[Step]) -> tuple[tuple[int, ...], ...]:
