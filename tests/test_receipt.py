@@ -321,9 +321,29 @@ def test_check_receipt_reports_each_mismatch(capsys, files):
     main(["run", str(files / "m.cvm"), "--input", f"x={files / 'x.npy'}", "--receipt", str(files / "r")])
     capsys.readouterr()
     code, info = cli_json(capsys, ["check-receipt", str(files / "r"), "--model", str(files / "m.cvm"),
-                                   "--input", f"x={files / 'y.npy'}", "--signer", str(files / "other.pub")])
-    assert code == 1 and not info["match"]
-    assert [f["field"] for f in info["fields"] if not f["match"]] == ["inputs", "output_hash", "trace_root", "signer"]
+                                   "--input", f"x={files / 'y.npy'}"])
+    assert code == 1 and not info["match"] and info["executed"]
+    assert [f["field"] for f in info["fields"] if not f["match"]] == ["inputs", "output_hash", "trace_root"]
+
+
+def test_check_receipt_authenticates_before_it_runs(capsys, files):
+    """A receipt without the required signer, or with a bad signature, is not re-executed:
+    the model named is never even read."""
+    main(["run", str(files / "m.cvm"), "--input", f"x={files / 'x.npy'}", "--receipt", str(files / "r")])
+    main(["run", str(files / "m.cvm"), "--input", f"x={files / 'x.npy'}", "--receipt", str(files / "s"),
+          "--sign", str(files / "key")])
+    data = bytearray((files / "s").read_bytes())
+    data[-1] ^= 0x01
+    (files / "bad").write_bytes(bytes(data))
+    capsys.readouterr()
+    for name, signer, failed in (("r", ["--signer", str(files / "other.pub")], ["signer"]),
+                                 ("s", ["--signer", str(files / "other.pub")], ["signer"]),
+                                 ("bad", [], ["signature"])):
+        code, info = cli_json(capsys, ["check-receipt", str(files / name), "--model", str(files / "missing.cvm"),
+                                       "--input", f"x={files / 'missing.npy'}", *signer])
+        assert code == 1 and not info["match"] and not info["executed"], name
+        assert [f["field"] for f in info["fields"] if not f["match"]] == failed, name
+        assert "inputs" not in [f["field"] for f in info["fields"]]
 
 
 def test_check_receipt_rejects_a_tampered_file(capsys, files):

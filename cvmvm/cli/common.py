@@ -10,6 +10,7 @@ a file of the wrong kind is named as such.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any, Callable, Sequence
 
@@ -21,6 +22,7 @@ from cvmvm import files
 from cvmvm.vm.api import Model, Result, load
 from cvmvm.vm.execute import Clipping
 from cvmvm.vm.trace import Trace
+from cvmvm.vm.verify import DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1   # the command ran, and what it checked does not hold
@@ -102,6 +104,48 @@ def ops_limit_arg(p: argparse.ArgumentParser) -> None:
                    help="reject the model if it costs more ops than this")
 
 
+_SIZE = re.compile(r"(\d[\d_]*)\s*(|k|m|g|t)(i?b)?", re.IGNORECASE)
+_POWERS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+
+
+def byte_count(text: str) -> int:
+    """A positive number of bytes: 2147483648, 2GiB, 512M (binary multiples)."""
+    m = _SIZE.fullmatch(text.strip())
+    if m is None or int(m.group(1)) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive byte count (e.g. 2147483648, 2GiB, 512MiB)")
+    return int(m.group(1)) << _POWERS[m.group(2).lower()]
+
+
+def unit_count(text: str) -> int:
+    """A positive whole number of work units: 5000000000, 5_000_000_000 or 5e9."""
+    mantissa, _, exponent = text.strip().lower().partition("e")
+    try:
+        value = int(mantissa) * 10 ** int(exponent or "0") if 0 <= int(exponent or "0") <= 30 else 0
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of work units (e.g. 5e9)")
+    return value
+
+
+def limit_args(p: argparse.ArgumentParser) -> None:
+    """--memory-limit and --work-limit: what a run may use, refused at verification (docs/RESOURCES.md)."""
+    p.add_argument("--memory-limit", type=byte_count, default=DEFAULT_MEMORY_LIMIT, metavar="BYTES",
+                   help=f"refuse a model whose run needs more memory (default {DEFAULT_MEMORY_LIMIT >> 30}GiB)")
+    p.add_argument("--work-limit", type=unit_count, default=DEFAULT_WORK_LIMIT, metavar="UNITS",
+                   help=f"refuse a model whose run takes more work units (default {DEFAULT_WORK_LIMIT:.0e}, "
+                        "about 5 s)")
+
+
+def limits_of(args: argparse.Namespace) -> Limits:
+    return Limits(getattr(args, "ops_limit", None), args.memory_limit, args.work_limit)
+
+
+# Commands that verify a model without running it (hash, convert, disasm, store add, the model
+# a step proof names) hold it to the ISA's rules only: a run's limits are for the commands that run.
+NOT_RUN = Limits(memory=None, work=None)
+
+
 # -- loading what the arguments name ----------------------------------------------------------
 
 def read_kind(path: str, wanted: Sequence[str], what: str, limit: int = files.MAX_FILE_BYTES,
@@ -113,14 +157,15 @@ def read_kind(path: str, wanted: Sequence[str], what: str, limit: int = files.MA
     return data
 
 
-def load_model(path: str, params: str | None, ops_limit: int | None = None) -> Model:
-    """A native model file, or a Cortex graph JSON (with its params file), told apart by content."""
+def load_model(path: str, params: str | None, limits: Limits = Limits()) -> Model:
+    """A native model file, or a Cortex graph JSON (with its params file), told apart by content,
+    verified under ``limits``."""
     data = files.read_bytes(path, "model")
     kind = kinds.expect(data, kinds.MODEL, path, "a model (a native model or a Cortex graph JSON)")
     if kind == kinds.NATIVE and params is not None:
         raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {path} is a native model")
     return load(data, None if params is None else read_kind(params, (kinds.CORTEX_PARAMS,), "params"),
-                ops_limit=ops_limit)
+                ops_limit=limits.ops, memory_limit=limits.memory, work_limit=limits.work)
 
 
 def read_input(path: str) -> np.ndarray:

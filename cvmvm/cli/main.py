@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
-from isa.errors import CvmError, UsageError
+from isa.errors import CvmError, LimitError, UsageError
 from cvmvm import versions
 from cvmvm.cli import importer, model, show, tx
 from cvmvm.cli.common import EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, Reply
@@ -124,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             (code, info, text), as_json = _run(args)
         except CvmError as e:
+            _fail(e.code, e.message, as_json)
+            return EXIT_CODES[e.family]
+        except MemoryError:  # outside a run, which refuses it itself: reading or decoding a file
+            e = LimitError("memory", "out of memory: this host cannot give what the command needs")
             _fail(e.code, e.message, as_json)
             return EXIT_CODES[e.family]
         except Exception as e:  # a VM bug: still one line, in the internal family

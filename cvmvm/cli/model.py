@@ -23,8 +23,9 @@ from cvmvm.vm.api import Model, Result, load
 from cvmvm.vm.trace import tensor_name, trace_layout, trace_to_json
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
-from cvmvm.cli.common import (EXIT_OK, Command, Reply, clipping_json, input_arg, load_model, model_args,
-                              ops_limit_arg, parse_inputs, read_input, read_kind, traced, warn_clipping)
+from cvmvm.cli.common import (EXIT_OK, NOT_RUN, Command, Reply, clipping_json, input_arg, limit_args, limits_of,
+                              load_model, model_args, ops_limit_arg, parse_inputs, read_input, read_kind, traced,
+                              warn_clipping)
 
 TRACE_FORMATS = ("json", "jsonl")
 
@@ -39,18 +40,22 @@ def _type_text(t: TensorType, scale: float | None = None) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> Reply:
-    model = load_model(args.model, args.params, args.ops_limit)
+    model = load_model(args.model, args.params, limits_of(args))
     in_scales, out_scales = model.input_scales, model.output_scales
     info = {
         "model_hash": model.model_hash.hex(),
         "instructions": len(model.program.steps),
         "ops": model.ops,
         "gas": model.gas,
+        "work": model.work,
+        "memory_bytes": model.memory_bytes,
         "inputs": {n: {**_type_json(t), "scale": in_scales[n]} for n, t in model.inputs.items()},
         "outputs": [{**_type_json(t), "name": n, "scale": s}
                     for t, n, s in zip(model.output_types, model.output_names, out_scales)],
     }
     lines = [f"ok: {len(model.program.steps)} instructions, ops {model.ops}, gas {model.gas}",
+             f"work {model.work} units (limit {args.work_limit}), memory {model.memory_bytes} bytes "
+             f"(limit {args.memory_limit})",
              f"model hash {info['model_hash']}"]
     lines += [f"input  {n}: {_type_text(t, in_scales[n])}" for n, t in model.inputs.items()]
     lines += [f"output {k} {n}: {_type_text(t, s)}"
@@ -95,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> Reply:
     if args.sign is not None and args.receipt is None:
         raise UsageError("conflict", "--sign KEY signs the receipt: give --receipt FILE too")
     trace_format = _trace_format(args)
-    model = load_model(args.model, args.params, args.ops_limit)
+    model = load_model(args.model, args.params, limits_of(args))
     inputs = parse_inputs(args.input)
     result = model.run(inputs, trace=True, keep=args.dump_tensors is not None)
     trace = traced(result)
@@ -166,7 +171,7 @@ def cmd_convert(args: argparse.Namespace) -> Reply:
         return EXIT_OK, info, f"wrote Cortex graph {args.out} and params {params_out}{note}"
     if args.params_out:
         raise UsageError("conflict", f"--params-out goes with a native model; {args.source} is a Cortex graph JSON")
-    model = load_model(args.source, args.params)
+    model = load_model(args.source, args.params, NOT_RUN)
     files.write_atomic(args.out, model.canonical_bytes)
     info = {"from": "cortex", "to": "native", "out": args.out, "model_hash": model.model_hash.hex()}
     return EXIT_OK, info, f"wrote native model {args.out} (model hash {info['model_hash']})"
@@ -184,7 +189,7 @@ def cmd_hash(args: argparse.Namespace) -> Reply:
             raise InputError("dtype", f"{args.target}: dtype {value.dtype} is not a VM dtype") from None
         info = {"kind": "tensor", "tensor_hash": digest.hex(), "dtype": str(value.dtype), "shape": list(value.shape)}
         return EXIT_OK, info, f"tensor hash {digest.hex()}"
-    model = load_model(args.target, args.params)
+    model = load_model(args.target, args.params, NOT_RUN)
     info = {"kind": "model", "model_hash": model.model_hash.hex()}
     return EXIT_OK, info, f"model hash {info['model_hash']}"
 
@@ -192,7 +197,7 @@ def cmd_hash(args: argparse.Namespace) -> Reply:
 def cmd_disasm(args: argparse.Namespace) -> Reply:
     if args.dot and getattr(args, "json", False):
         raise UsageError("conflict", "give at most one of --dot and --json")
-    model = load_model(args.model, args.params)
+    model = load_model(args.model, args.params, NOT_RUN)
     rows = disasm.listing(model.program)
     info = {"model_hash": model.model_hash.hex(), **disasm.program_json(model.program)}
     return EXIT_OK, info, disasm.dot(model.program) if args.dot else "\n".join(rows)
@@ -215,9 +220,10 @@ def cmd_demo(args: argparse.Namespace) -> Reply:
 
 
 def add_commands(command: Command) -> None:
-    p = command("verify", cmd_verify, "verify a model statically; print ops, gas, input and output types")
+    p = command("verify", cmd_verify, "verify a model statically; print ops, gas, work, memory, input and output types")
     model_args(p)
     ops_limit_arg(p)
+    limit_args(p)
 
     p = command("run", cmd_run, "verify and run a model on .npy inputs (float ones quantized at the input's "
                                 "scale); print output hash, trace root, ops")
@@ -231,6 +237,7 @@ def add_commands(command: Command) -> None:
                    help="outputs with a float scale as float64 values q * scale (saved and summarized)")
     p.add_argument("--dump-tensors", metavar="DIR", help="write every tensor into DIR as <id>-<producer>-<name>.npy")
     ops_limit_arg(p)
+    limit_args(p)
     p.add_argument("--receipt", metavar="FILE", help="write the run's receipt (docs/FORMAT.md section 6)")
     p.add_argument("--sign", metavar="KEY", help="sign the receipt with this Ed25519 private key (PEM or raw 32 bytes)")
 

@@ -12,8 +12,9 @@ from cvmvm import files
 from cvmvm.vm.execute import Clipping, prepare_inputs
 from cvmvm.tx import receipt, replay, stepproof, tracediff
 from cvmvm.tx.store import Store
-from cvmvm.cli.common import (EXIT_MISMATCH, EXIT_OK, Command, Reply, clipping_json, hash_hex, input_arg, load_model,
-                              model_args, non_negative_int, parse_inputs, positive_int, read_kind, warn_clipping)
+from cvmvm.cli.common import (EXIT_MISMATCH, EXIT_OK, NOT_RUN, Command, Reply, clipping_json, hash_hex, input_arg,
+                              limit_args, limits_of, load_model, model_args, non_negative_int, parse_inputs,
+                              positive_int, read_kind, warn_clipping)
 
 
 def _signer(path: str | None) -> bytes | None:
@@ -25,15 +26,23 @@ def _signer(path: str | None) -> bytes | None:
 def cmd_check_receipt(args: argparse.Namespace) -> Reply:
     claimed = receipt_codec.decode(read_kind(args.receipt, (kinds.RECEIPT,), "receipt",
                                              receipt_codec.MAX_RECEIPT_BYTES))
-    model = load_model(args.model, args.params)
-    result = model.run(parse_inputs(args.input), trace=True)
-    warn_clipping(result.clipping)
-    checks = receipt.check(claimed, receipt.make_receipt(model, result), _signer(args.signer))
-    ok = all(c.ok for c in checks)
-    info = {"match": ok, "clipped": clipping_json(result.clipping),
+    signer = _signer(args.signer)
+    # The claim is authenticated before anything is computed for it.
+    executed = not receipt.unauthenticated(claimed, signer)
+    actual, clipping = None, ()
+    if executed:
+        model = load_model(args.model, args.params, limits_of(args))
+        result = model.run(parse_inputs(args.input), trace=True)
+        warn_clipping(result.clipping)
+        actual, clipping = receipt.make_receipt(model, result), result.clipping
+    checks = receipt.check(claimed, actual, signer)
+    ok = executed and all(c.ok for c in checks)
+    info = {"match": ok, "executed": executed, "clipped": clipping_json(clipping),
             "fields": [{"field": c.field, "match": c.ok, "claimed": c.claimed, "actual": c.actual,
                         "detail": receipt.explain(c)} for c in checks]}
     lines = [f"{'match   ' if c.ok else 'MISMATCH'} {c.field}: {receipt.explain(c)}" for c in checks]
+    if not executed:
+        lines.append("not re-executed: the receipt's signature or signer does not hold")
     lines.append("receipt matches" if ok else "receipt does NOT match")
     return (EXIT_OK if ok else EXIT_MISMATCH), info, "\n".join(lines)
 
@@ -42,7 +51,7 @@ def cmd_check_receipt(args: argparse.Namespace) -> Reply:
 
 def cmd_store_add(args: argparse.Namespace) -> Reply:
     store = Store(args.dir)
-    digest = store.add(load_model(args.model, args.params))
+    digest = store.add(load_model(args.model, args.params, NOT_RUN))
     return EXIT_OK, {"model_hash": digest.hex(), "path": str(store.path(digest))}, digest.hex()
 
 
@@ -74,7 +83,8 @@ def _progress_bar() -> replay.Progress | None:
 def cmd_replay(args: argparse.Namespace) -> Reply:
     txs = transactions.decode_txs(read_kind(args.txs, (kinds.TXS,), "transaction file", transactions.MAX_TXS_BYTES))
     outcomes = replay.replay(txs, Store(args.store), workers=args.workers, use_ray=args.ray,
-                             batch_size=args.batch, signer=_signer(args.signer), progress=_progress_bar())
+                             batch_size=args.batch, signer=_signer(args.signer), progress=_progress_bar(),
+                             limits=limits_of(args))
     summary = replay.summary(outcomes)
     info = {"summary": summary, "results": [o.to_json() for o in outcomes]}
     clean = summary["ok"] == summary["total"]
@@ -93,7 +103,7 @@ def cmd_diff(args: argparse.Namespace) -> Reply:
 # -- step proofs --------------------------------------------------------------------------
 
 def cmd_prove_step(args: argparse.Namespace) -> Reply:
-    model = load_model(args.model, args.params)
+    model = load_model(args.model, args.params, limits_of(args))
     inputs = parse_inputs(args.input)
     clipped: list[Clipping] = []
     prepare_inputs(model.program, inputs, clipped)
@@ -111,12 +121,12 @@ def cmd_check_step(args: argparse.Namespace) -> Reply:
     if args.params is not None and args.model is None:
         raise UsageError("conflict", "--params goes with --model")
     proof = proof_codec.decode(read_kind(args.proof, (kinds.STEP_PROOF,), "step proof", proof_codec.MAX_PROOF_BYTES))
-    model = None
+    model = None  # only compared with the proof, never run: the ISA's rules, not a run's limits
     if args.model is not None:
-        model = load_model(args.model, args.params)
+        model = load_model(args.model, args.params, NOT_RUN)
     elif args.store is not None:
-        model = Store(args.store).get(proof.model_hash)
-    checks = stepproof.check_step(proof, args.root, model)
+        model = Store(args.store).get(proof.model_hash, NOT_RUN)
+    checks = stepproof.check_step(proof, args.root, model, limits_of(args))
     ok = all(c.ok for c in checks)
     info = {"valid": ok, "step": proof.step, "op": proof.op,
             "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]}
@@ -128,11 +138,13 @@ def cmd_check_step(args: argparse.Namespace) -> Reply:
 # -- the parser -----------------------------------------------------------------------------
 
 def add_commands(command: Command) -> None:
-    p = command("check-receipt", cmd_check_receipt, "re-execute a receipt's run and report, field by field, what matches")
+    p = command("check-receipt", cmd_check_receipt, "check a receipt's signature, then re-execute its run and "
+                                                    "report, field by field, what matches")
     p.add_argument("receipt", help="receipt file (cvmvm run --receipt)")
     model_args(p, "--model")
     input_arg(p)
     p.add_argument("--signer", metavar="PUBKEY", help="require this Ed25519 signer (PEM or raw 32-byte public key)")
+    limit_args(p)
 
     p = command("store", cmd_store_list, "a model store: a directory of native models named by model hash")
     actions = p.add_subparsers(dest="store_command", required=True, metavar="{add,list}")
@@ -156,6 +168,7 @@ def add_commands(command: Command) -> None:
     p.add_argument("--signer", metavar="PUBKEY", help="require every receipt signed by this Ed25519 key")
     p.add_argument("--all", action="store_true", help="print a line for every transaction, not only those that "
                                                       "did not hold (--json always lists every one)")
+    limit_args(p)
 
     p = command("diff", cmd_diff, "name the first instruction at which two traces of a model disagree")
     p.add_argument("trace_a", help="trace file (cvmvm run --trace)")
@@ -166,11 +179,14 @@ def add_commands(command: Command) -> None:
     input_arg(p)
     p.add_argument("--step", type=non_negative_int, required=True, help="the instruction's index (from 0)")
     p.add_argument("--out", required=True, help="proof file to write")
+    limit_args(p)
 
-    p = command("check-step", cmd_check_step, "check a step proof: re-execute its one instruction, check every inclusion proof")
+    p = command("check-step", cmd_check_step, "check a step proof: every inclusion proof against the root, then "
+                                              "re-execute its one instruction")
     p.add_argument("proof", help="step proof file (cvmvm prove-step)")
     p.add_argument("--root", type=hash_hex, required=True, help="the trace root (64 hex digits)")
     p.add_argument("--model", help="optional: also confirm the proof names this model's instruction "
                                    "(native, or Cortex graph JSON)")
     p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
     p.add_argument("--store", help="optional: a model store holding the model the proof names, to confirm it too")
+    limit_args(p)

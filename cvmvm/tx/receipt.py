@@ -103,10 +103,9 @@ def _hexed(value: Any) -> Any:
     return value
 
 
-def _verdicts(claimed: Receipt, actual: Receipt, signer: bytes | None) -> list[tuple[str, bool]]:
-    """(field, holds): the recomputed fields, then the signature (when signed), then the
-    signer (when one is required)."""
-    verdicts = [(f, getattr(claimed, f) == getattr(actual, f)) for f in FIELDS]
+def _authentication(claimed: Receipt, signer: bytes | None) -> list[tuple[str, bool]]:
+    """(field, holds) for the signature (when signed) and the signer (when one is required)."""
+    verdicts = []
     if claimed.signer is not None:
         verdicts.append(("signature", signature_valid(claimed)))
     if signer is not None:
@@ -114,9 +113,23 @@ def _verdicts(claimed: Receipt, actual: Receipt, signer: bytes | None) -> list[t
     return verdicts
 
 
-def check(claimed: Receipt, actual: Receipt, signer: bytes | None = None) -> list[FieldCheck]:
-    """Field by field, with the claimed and actual values as JSON-ready data."""
-    shown = {f: (_hexed(getattr(claimed, f)), _hexed(getattr(actual, f))) for f in FIELDS}
+def _verdicts(claimed: Receipt, actual: Receipt | None, signer: bytes | None) -> list[tuple[str, bool]]:
+    """(field, holds): the recomputed fields (none without a re-execution), then the signature
+    (when signed), then the signer (when one is required)."""
+    recomputed = [] if actual is None else [(f, getattr(claimed, f) == getattr(actual, f)) for f in FIELDS]
+    return recomputed + _authentication(claimed, signer)
+
+
+def unauthenticated(claimed: Receipt, signer: bytes | None = None) -> tuple[str, ...]:
+    """The fields of the claim alone that do not hold: a bad signature, a missing or other signer.
+    Checked before anything is re-executed: an unauthenticated receipt costs no computation."""
+    return tuple(field for field, ok in _authentication(claimed, signer) if not ok)
+
+
+def check(claimed: Receipt, actual: Receipt | None, signer: bytes | None = None) -> list[FieldCheck]:
+    """Field by field, with the claimed and actual values as JSON-ready data; without a
+    re-execution (``actual`` None), the signature and signer only."""
+    shown = {} if actual is None else {f: (_hexed(getattr(claimed, f)), _hexed(getattr(actual, f))) for f in FIELDS}
     if claimed.signer is not None:
         shown["signature"] = (claimed.signer.signature.hex(), None)
         shown["signer"] = (claimed.signer.public_key.hex(), None if signer is None else signer.hex())
@@ -166,3 +179,8 @@ def explain(c: FieldCheck) -> str:
 def mismatches(claimed: Receipt, actual: Receipt, signer: bytes | None = None) -> tuple[str, ...]:
     """The names of the fields that do not hold, in report order."""
     return tuple(field for field, ok in _verdicts(claimed, actual, signer) if not ok)
+
+
+def recomputed_mismatches(claimed: Receipt, actual: Receipt) -> tuple[str, ...]:
+    """The recomputed fields that do not hold (the claim already authenticated)."""
+    return tuple(field for field, ok in _verdicts(claimed, actual, None)[:len(FIELDS)] if not ok)

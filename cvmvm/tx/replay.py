@@ -15,6 +15,7 @@ Ray (``use_ray``); results come back in transaction order whatever ran them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import multiprocessing
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from serializer.records.receipt import Receipt, receipt_from_state, receipt_stat
 from serializer.records.transactions import Transaction
 from cvmvm.vm.api import Model, load
 from cvmvm.vm.batching import Batch, prepare_feeds
+from cvmvm.vm.verify import Limits
 from cvmvm.tx import receipt as receipts
 from cvmvm.tx.store import Store
 
@@ -97,23 +99,32 @@ class Replayer:
         return got
 
     def run(self, model_hash: bytes, chunk: Sequence[tuple[int, Transaction]]) -> list[Outcome]:
-        try:
-            program = self.batch(model_hash).model.program
-        except CvmError as e:
-            return [_failed(i, e) for i, _ in chunk]
         outcomes: dict[int, Outcome] = {}
-        ready = []
+        authentic = []
         for i, tx in chunk:
+            # A receipt's signature and signer hold before its transaction costs any computation.
+            bad = receipts.unauthenticated(tx.receipt, self.signer)
+            if bad:
+                outcomes[i] = Outcome(i, MISMATCH, bad)
+            else:
+                authentic.append((i, tx))
+        ready = []
+        if authentic:
             try:
-                ready.append((i, tx.receipt, prepare_feeds(program, tx.inputs)))
+                program = self.batch(model_hash).model.program
             except CvmError as e:
-                outcomes[i] = _failed(i, e)
-        actual = self.execute(model_hash, [f for _, _, f in ready])
+                return [outcomes.get(i) or _failed(i, e) for i, _ in chunk]
+            for i, tx in authentic:
+                try:
+                    ready.append((i, tx.receipt, prepare_feeds(program, tx.inputs)))
+                except CvmError as e:
+                    outcomes[i] = _failed(i, e)
+        actual = self.execute(model_hash, [f for _, _, f in ready]) if ready else []
         for (i, claimed, _), got in zip(ready, actual):
             if isinstance(got, CvmError):
                 outcomes[i] = _failed(i, got)
                 continue
-            bad = receipts.mismatches(claimed, got, self.signer)
+            bad = receipts.recomputed_mismatches(claimed, got)
             outcomes[i] = Outcome(i, MISMATCH if bad else OK, bad, actual=got)
         return [outcomes[i] for i, _ in chunk]
 
@@ -133,35 +144,36 @@ Task = tuple[bytes, list[tuple[int, Transaction]]]
 
 # Each worker process (local or Ray) keeps one Replayer per setting, and with it
 # the models it loaded, their plans and stacked programs, across tasks.
-_replayers: dict[tuple[str | None, int, bytes | None], Replayer] = {}
+_replayers: dict[tuple[str | None, int, bytes | None, Limits], Replayer] = {}
 # Ray workers get models as bytes (from the object store), not from a store directory.
 _ray_blobs: dict[bytes, bytes] = {}
 
 
-def _ray_fetch(model_hash: bytes) -> Model:
+def _ray_fetch(model_hash: bytes, limits: Limits) -> Model:
     data = _ray_blobs[model_hash]
     got = hashlib.sha256(data).digest()
     if got != model_hash:
         raise MalformedError("store_hash", f"model bytes hash to {got.hex()}, not {model_hash.hex()}")
-    return load(data)
+    return load(data, ops_limit=limits.ops, memory_limit=limits.memory, work_limit=limits.work)
 
 
-def _cached_replayer(store_root: str | None, batch_size: int, signer: bytes | None) -> Replayer:
-    key = (store_root, batch_size, signer)
+def _cached_replayer(store_root: str | None, batch_size: int, signer: bytes | None, limits: Limits) -> Replayer:
+    key = (store_root, batch_size, signer, limits)
     if key not in _replayers:
-        _replayers[key] = Replayer(_ray_fetch if store_root is None else Store(store_root).get, batch_size, signer)
+        fetch = _ray_fetch if store_root is None else Store(store_root).get
+        _replayers[key] = Replayer(functools.partial(fetch, limits=limits), batch_size, signer)
     return _replayers[key]
 
 
-def _worker_task(job: tuple[str, int, bytes | None, Task]) -> list[Outcome]:
-    store_root, batch_size, signer, task = job
-    return _cached_replayer(store_root, batch_size, signer).run(*task)
+def _worker_task(job: tuple[str, int, bytes | None, Limits, Task]) -> list[Outcome]:
+    store_root, batch_size, signer, limits, task = job
+    return _cached_replayer(store_root, batch_size, signer, limits).run(*task)
 
 
-def _ray_task(model_bytes: bytes, task: Task, batch_size: int, signer: bytes | None) -> list[Outcome]:
+def _ray_task(model_bytes: bytes, task: Task, batch_size: int, signer: bytes | None, limits: Limits) -> list[Outcome]:
     """One chunk on a Ray worker; the model is re-hashed before use, as a store read would."""
     _ray_blobs.setdefault(task[0], model_bytes)
-    return _cached_replayer(None, batch_size, signer).run(*task)
+    return _cached_replayer(None, batch_size, signer, limits).run(*task)
 
 
 def _tasks(txs: Sequence[Transaction], chunk_size: Callable[[bytes, int], int]) -> list[Task]:
@@ -181,8 +193,9 @@ Progress = Callable[[int, int], None]
 
 def replay(txs: Sequence[Transaction], store: Store, *, workers: int = 1, use_ray: bool = False,
            batch_size: int = DEFAULT_BATCH, signer: bytes | None = None,
-           progress: Progress | None = None) -> list[Outcome]:
-    """Replay every transaction; one Outcome each, in transaction order."""
+           progress: Progress | None = None, limits: Limits = Limits()) -> list[Outcome]:
+    """Replay every transaction; one Outcome each, in transaction order.  Every model is
+    verified under ``limits``; a transaction whose receipt is not authentic is not run."""
     total = len(txs)
     done = 0
 
@@ -194,19 +207,19 @@ def replay(txs: Sequence[Transaction], store: Store, *, workers: int = 1, use_ra
         return outcomes
 
     if use_ray:
-        results = _replay_ray(txs, store, max(1, workers), batch_size, signer, finished)
+        results = _replay_ray(txs, store, max(1, workers), batch_size, signer, limits, finished)
     elif workers > 1:
         # Enough chunks to keep every worker busy, each still a large batch.
         tasks = _tasks(txs, lambda h, n: min(batch_size, -(-n // (2 * workers))))
         results = []
         context = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
                                               else "spawn")
-        jobs = [(str(store.root), batch_size, signer, task) for task in tasks]
+        jobs = [(str(store.root), batch_size, signer, limits, task) for task in tasks]
         with context.Pool(workers) as pool:
             for outcomes in pool.imap_unordered(_worker_task, jobs):
                 results += finished(outcomes)
     else:
-        local = Replayer(store.get, batch_size, signer)
+        local = Replayer(functools.partial(store.get, limits=limits), batch_size, signer)
         results = []
         for task in _tasks(txs, lambda h, n: batch_size):
             results += finished(local.run(*task))
@@ -214,8 +227,8 @@ def replay(txs: Sequence[Transaction], store: Store, *, workers: int = 1, use_ra
     return results
 
 
-def _replay_ray(txs: Sequence[Transaction], store: Store, workers: int, batch_size: int,
-                signer: bytes | None, finished: Callable[[list[Outcome]], list[Outcome]]) -> list[Outcome]:
+def _replay_ray(txs: Sequence[Transaction], store: Store, workers: int, batch_size: int, signer: bytes | None,
+                limits: Limits, finished: Callable[[list[Outcome]], list[Outcome]]) -> list[Outcome]:
     import ray  # the optional extra: cvmvm[ray]
 
     if not ray.is_initialized():
@@ -234,7 +247,7 @@ def _replay_ray(txs: Sequence[Transaction], store: Store, workers: int, batch_si
         if isinstance(refs[model_hash], CvmError):
             results += finished([_failed(i, refs[model_hash]) for i, _ in chunk])
             continue
-        futures.append(remote.remote(refs[model_hash], (model_hash, chunk), batch_size, signer))
+        futures.append(remote.remote(refs[model_hash], (model_hash, chunk), batch_size, signer, limits))
     pending = list(futures)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)

@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from isa.attrs import attrs_to_dict
-from isa.errors import CvmError, InputError
+from isa.errors import CvmError, InputError, LimitError
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer import native
@@ -30,7 +30,7 @@ from serializer.records.stepproof import Claim, Operand, StepProof
 from cvmvm.vm.api import Model
 from cvmvm.vm.execute import execute
 from cvmvm.vm.trace import Tracer, trace_layout
-from cvmvm.vm.verify import verify_instruction
+from cvmvm.vm.verify import Limits, verify_instruction
 
 
 # -- proving ---------------------------------------------------------------------------
@@ -125,11 +125,14 @@ def _text(t: TensorType) -> str:
     return f"{t.dtype}{list(t.shape)}" + ("" if t.precision is None else f" p{t.precision}")
 
 
-def _reexecute(p: StepProof) -> list[Check]:
-    """Verify the instruction alone, over the proof's input types and values, and run it."""
+def _reexecute(p: StepProof, limits: Limits) -> list[Check]:
+    """Verify the instruction alone, over the proof's input types and values, and run it within
+    ``limits``: an instruction over them is refused (LimitError), not called invalid."""
     try:
-        program = verify_instruction(OP_BY_NAME[p.op], p.attrs, [(o.type, o.value) for o in p.inputs])
+        program = verify_instruction(OP_BY_NAME[p.op], p.attrs, [(o.type, o.value) for o in p.inputs], limits)
         values, _ = execute(program, {f"in{k}": o.value for k, o in enumerate(p.inputs)})
+    except LimitError:
+        raise
     except CvmError as e:
         return [Check("instruction", False, f"{p.op} does not verify and run over the proof's inputs: "
                                             f"{e.code}: {e.message}")]
@@ -168,12 +171,19 @@ def _binding(p: StepProof, model: Model) -> list[Check]:
                                                    f"is not {named}"))]
 
 
-def check_step(p: StepProof, root: bytes, model: Model | None = None) -> list[Check]:
+def check_step(p: StepProof, root: bytes, model: Model | None = None, limits: Limits = Limits()) -> list[Check]:
     """Every check, in order; the proof holds when all are ok.
 
-    The root binds everything the re-execution relies on; a model, when given,
-    is also compared with the proof (its hash, its instruction K).  Nothing
-    but the one instruction is executed.
+    The root binds everything the re-execution relies on, so the proof is
+    authenticated first: its ids and positions, every Merkle path (its length
+    is exact for the leaf count) and every leaf against the root.  Only then is
+    the one instruction re-executed, within ``limits`` as a run would be.  A
+    model, when given, is also compared with the proof (its hash, its
+    instruction K).
     """
-    checks = _structure(p) + _inclusion(p, root) + _reexecute(p)
+    checks = _structure(p) + _inclusion(p, root)
+    if all(c.ok for c in checks):
+        checks += _reexecute(p, limits)
+    else:
+        checks.append(Check("instruction", False, "not re-executed: the proof does not hold against the root"))
     return checks + (_binding(p, model) if model is not None else [])

@@ -17,6 +17,7 @@ from pathlib import Path
 from isa.errors import InputError, MalformedError
 from cvmvm import files
 from cvmvm.vm.api import Model, load
+from cvmvm.vm.verify import Limits
 
 SUFFIX = ".cvm"
 _NAME = re.compile(r"[0-9a-f]{64}\.cvm")
@@ -56,9 +57,9 @@ class Store:
             raise MalformedError("store_hash", f"{target}: the file hashes to {got.hex()}, not its name")
         return data
 
-    def get(self, model_hash: bytes) -> Model:
-        """Load and verify a stored model."""
-        return load(self.read(model_hash))
+    def get(self, model_hash: bytes, limits: Limits = Limits()) -> Model:
+        """Load and verify a stored model under ``limits``."""
+        return load(self.read(model_hash), ops_limit=limits.ops, memory_limit=limits.memory, work_limit=limits.work)
 
     def list(self) -> list[Entry]:
         """Every model file, by name, each re-hashed."""
