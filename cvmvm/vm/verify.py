@@ -35,8 +35,10 @@ VARIABLE_COST = 5  # ops per element of every input and param, and of every op o
 STEP_WORK = 15_000        # work units per instruction
 VARIABLE_WORK = 2_000     # per input or param: its leaf
 INPUT_WORK = 3            # per input element: checked, clipped, copied
+SCALED_INPUT_WORK = 12    # per element of an input with a scale, which may come as floats to quantize
 STEP_SCRATCH = 1 << 20    # bytes every kernel may hold besides its rule's (numpy's buffers, index arrays)
 INPUT_SCRATCH = 8         # bytes per input element while it is prepared (an int64 copy)
+SCALED_INPUT_SCRATCH = 48  # ... or quantized from floats (float64 temporaries)
 
 DEFAULT_MEMORY_LIMIT = 2 << 30          # bytes: a 4 GiB machine runs any verified program
 DEFAULT_WORK_LIMIT = 5_000_000_000      # work units: a few seconds
@@ -238,8 +240,10 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
     variables = (*model.inputs, *model.params)
     live = sum(tensor_bytes(v.type) for v in variables)
     work = sum(VARIABLE_WORK + tensor_work(v.type) for v in variables)
-    work += sum(INPUT_WORK * i.type.size for i in model.inputs)
-    prepare = max((INPUT_SCRATCH * i.type.size for i in model.inputs), default=0)
+    scaled = [scale is not None for scale in model.input_scales]
+    work += sum((SCALED_INPUT_WORK if f else INPUT_WORK) * i.type.size for i, f in zip(model.inputs, scaled))
+    prepare = max(((SCALED_INPUT_SCRATCH if f else INPUT_SCRATCH) * i.type.size
+                   for i, f in zip(model.inputs, scaled)), default=0)
     peak = live + prepare
     check("variables", work, peak, f"{live} of inputs and params, {prepare} to prepare an input")
     params = set(range(len(model.inputs), model.num_variables))  # held by the model, never freed
