@@ -244,8 +244,8 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
     work += sum((SCALED_INPUT_WORK if f else INPUT_WORK) * i.type.size for i, f in zip(model.inputs, scaled))
     prepare = max(((SCALED_INPUT_SCRATCH if f else INPUT_SCRATCH) * i.type.size
                    for i, f in zip(model.inputs, scaled)), default=0)
-    peak = live + prepare
-    check("variables", work, peak, f"{live} of inputs and params, {prepare} to prepare an input")
+    peak = live + prepare + STEP_SCRATCH
+    check("variables", work, peak, f"{live} of inputs and params, {prepare + STEP_SCRATCH} to prepare them")
     params = set(range(len(model.inputs), model.num_variables))  # held by the model, never freed
     for step in steps:
         work += step.work

@@ -344,7 +344,8 @@ def conv2d_scratch(a: Conv2DAttrs, inputs: tuple[TensorType, ...], outputs: tupl
     t = conv2d_tiling(a, x.shape, w.shape, e)
     bh, bw = t.band(a, kh, kw)
     tile = t.nt * t.gt * ic * kh * kw * t.th * t.tw
-    source = tile * 4 + kh * kw * t.th * t.tw if t.gather else t.nt * t.gt * ic * bh * bw * e
+    # Gathered: the int32 gather, numpy's index grid and the padding mask (KH, KW, rows, columns).
+    source = tile * 4 + 9 * kh * kw * t.th * t.tw if t.gather else t.nt * t.gt * ic * bh * bw * e
     wide = 8 * outputs[0].size if plan.out_dtype.itemsize == 8 else 0
     return (w.size * e + tile * e + source + gemm_result_bytes(plan, t.nt * t.gt * (oc // a.groups) * t.th * t.tw)
             + wide)
@@ -526,14 +527,15 @@ def max_pool2d_work(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: 
 
 
 def max_pool2d_scratch(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
-    """The compact input (when gathered) and the row maxima (N, C, OH, compact columns)."""
+    """The compact input and numpy's grid of its (row, column) indices (when gathered), and the row
+    maxima (N, C, OH, compact columns)."""
     n, c, h, w = inputs[0].shape
     oh, ow = outputs[0].shape[2:]
     (kh, kw), (sh, sw) = a.pool_size, a.strides
     ph, pw = pool_padding(a)
     _, rows, gather_rows = pool_compaction(h, kh, sh, ph, oh)
     _, cols, gather_cols = pool_compaction(w, kw, sw, pw, ow)
-    gathered = 4 * n * c * rows * cols if gather_rows or gather_cols else 0
+    gathered = (4 * n * c + 8) * rows * cols if gather_rows or gather_cols else 0
     return gathered + 4 * n * c * oh * cols
 
 
