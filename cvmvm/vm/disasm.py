@@ -24,9 +24,10 @@ def _v(v: Any) -> str:
 
 
 def listing(program: Program) -> list[str]:
-    """One line per variable and per instruction: ids, op, attributes, types, cost, plan."""
+    """One line per variable and per instruction: ids, op, attributes, types, cost, work, plan."""
     model = program.model
-    rows = [f"; ops {program.ops}  instructions {len(program.steps)}  tensors {len(program.types)}"]
+    rows = [f"; ops {program.ops}  work {program.work}  memory {program.memory_bytes}  "
+            f"instructions {len(program.steps)}  tensors {len(program.types)}"]
     for k, inp in enumerate(model.inputs):
         rows.append(f"%{k:<4} = input  {inp.name} : {_t(inp.type)}")
     for k, p in enumerate(model.params, start=len(model.inputs)):
@@ -37,7 +38,8 @@ def listing(program: Program) -> list[str]:
         attrs = " ".join(f"{k}={_v(v)}" for k, v in attrs_to_dict(step.attrs).items())
         types = ", ".join(_t(t) for t in step.out_types)
         plan = f"  [{step.plan}]" if step.plan is not None else ""
-        rows.append(f"{outs} = {step.index:>4}: {step.op.name}({ins}) {attrs} : {types}  ; ops {step.cost}{plan}")
+        rows.append(f"{outs} = {step.index:>4}: {step.op.name}({ins}) {attrs} : {types}  ; ops {step.cost} "
+                    f"work {step.work}{plan}")
     rows.append("return " + ", ".join(f"%{t}" for t in model.outputs))
     return rows
 
