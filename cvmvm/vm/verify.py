@@ -32,7 +32,8 @@ VARIABLE_COST = 5  # ops per element of every input and param, and of every op o
 # tensor it checks and hashes.  Its memory is the peak, over the run, of the
 # live tensors (params always, every other tensor from its creation to its last
 # use) plus the running kernel's outputs and scratch.  Units: bench/work.py.
-STEP_WORK = 15_000        # work units per instruction
+RUN_WORK = 40_000         # work units per run: inputs checked, trace set up, its root and the output hash
+STEP_WORK = 15_000        # per instruction
 VARIABLE_WORK = 2_000     # per input or param: its leaf
 INPUT_WORK = 3            # per input element: checked, clipped, copied
 SCALED_INPUT_WORK = 12    # per element of an input with a scale, which may come as floats to quantize
@@ -239,7 +240,7 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
 
     variables = (*model.inputs, *model.params)
     live = sum(tensor_bytes(v.type) for v in variables)
-    work = sum(VARIABLE_WORK + tensor_work(v.type) for v in variables)
+    work = RUN_WORK + sum(VARIABLE_WORK + tensor_work(v.type) for v in variables)
     scaled = [scale is not None for scale in model.input_scales]
     work += sum((SCALED_INPUT_WORK if f else INPUT_WORK) * i.type.size for i, f in zip(model.inputs, scaled))
     prepare = max(((SCALED_INPUT_SCRATCH if f else INPUT_SCRATCH) * i.type.size

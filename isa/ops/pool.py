@@ -181,7 +181,7 @@ def most_real_taps(size: int, k: int, d: int) -> int:
 
 # Per tap loop iteration, per window: the tap's position and mask, the gather,
 # the comparison, two masked copies.
-MAX_POOL_TAP = 6
+MAX_POOL_TAP = 12
 MAX_POOL_CALL = 12 * NUMPY_CALL
 
 

@@ -353,7 +353,7 @@ def transpose_kernel(a: TransposeAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]
 TRANSPOSE = OpDef("transpose", TransposeAttrs, fixed("data"), ("output",),
                   shape=transpose_shape, precision=same_precision, cost=unit_cost, kernel=transpose_kernel,
                   reference=reference.transpose,
-                  work=strided_passes(3), scratch=no_scratch)
+                  work=strided_passes(5), scratch=no_scratch)
 
 
 # -- strided_slice -----------------------------------------------------------
@@ -396,15 +396,19 @@ def strided_slice_shape(a: StridedSliceAttrs, x: TensorType) -> tuple[Shape, ...
 
 
 def strided_slice_kernel(a: StridedSliceAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Y[d] = X[b_0 + s_0 d_0, .., b_{N-1} + s_{N-1} d_{N-1}]."""
-    picks = [b + s * np.arange(slice_length(b, e, s), dtype=np.int64) for b, e, s in slice_ranges(a, x.shape)]
-    return (x[np.ix_(*picks)],)
+    """Y[d] = X[b_0 + s_0 d_0, .., b_{N-1} + s_{N-1} d_{N-1}]: one strided view, copied.
+
+    Python's slice b:e:s picks the same slice_length(b, e, s) elements; a
+    negative stride's end -1 (clamped: "through index 0") is written None.
+    """
+    view = tuple(slice(b, None if e < 0 else e, s) for b, e, s in slice_ranges(a, x.shape))
+    return (np.ascontiguousarray(x[view]),)
 
 
 STRIDED_SLICE = OpDef("strided_slice", StridedSliceAttrs, fixed("data"), ("output",),
                       shape=strided_slice_shape, precision=same_precision, cost=unit_cost,
                       kernel=strided_slice_kernel, reference=reference.strided_slice,
-                      work=strided_passes(4), scratch=no_scratch)
+                      work=strided_passes(2), scratch=no_scratch)
 
 
 # -- take --------------------------------------------------------------------
