@@ -90,9 +90,9 @@ class Program:
     # After step i runs, the tensors in free_after[i] are dead (no later step or
     # output reads them) and execution drops them.
     free_after: tuple[tuple[int, ...], ...]
-    work: int = 0           # work units of one run (docs/RESOURCES.md)
-    memory_bytes: int = 0   # peak bytes of one run: live tensors + scratch
-    limits: Limits = Limits()
+    work: int               # work units of one run (docs/RESOURCES.md)
+    memory_bytes: int       # peak bytes of one run: live tensors + scratch
+    limits: Limits          # what it was verified under
 
     @property
     def input_types(self) -> tuple[TensorType, ...]:

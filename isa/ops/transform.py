@@ -137,6 +137,11 @@ def concatenate_precision(a: ConcatenateAttrs, *xs: TensorType) -> tuple[int, ..
     return (max(x.precision for x in xs),)
 
 
+def concatenate_work(a: ConcatenateAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
+    """One strided pass over the output, and numpy's handling of each input."""
+    return strided_passes(1)(a, inputs, outputs) + 200 * len(inputs)
+
+
 def concatenate_kernel(a: ConcatenateAttrs, *xs: np.ndarray) -> tuple[np.ndarray, ...]:
     """Input i fills positions [sum of earlier sizes, + its size) along axis."""
     return (np.concatenate(xs, axis=a.axis),)
@@ -145,7 +150,7 @@ def concatenate_kernel(a: ConcatenateAttrs, *xs: np.ndarray) -> tuple[np.ndarray
 CONCATENATE = OpDef("concatenate", ConcatenateAttrs, concatenate_inputs, ("output",),
                     shape=concatenate_shape, precision=concatenate_precision, cost=unit_cost,
                     kernel=concatenate_kernel, reference=reference.concatenate,
-                    work=strided_passes(1), scratch=no_scratch)
+                    work=concatenate_work, scratch=no_scratch)
 
 
 # -- expand_dims -------------------------------------------------------------
