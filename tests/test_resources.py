@@ -208,6 +208,7 @@ CASES = [
     ("conv2d", lambda: [ints((1, 16, 32, 32)), ints((8, 16, 3, 3)), ints((8,), 31)],
      dict(channels=8, kernel_size=(3, 3)), [8, 8, 31]),
     ("dense", lambda: [ints((256, 1100)), ints((300, 1100))], dict(units=300, use_bias=False), [8, 8]),
+    ("dense", lambda: [ints((2048, 2200)), ints((256, 2200))], dict(units=256, use_bias=False), [8, 8]),
     ("max_pool2d", lambda: [ints((2, 16, 128, 128))], dict(pool_size=(3, 3), strides=(2, 2), padding=(1,)), [8]),
     ("max_pool2d", lambda: [ints((1, 1, 4, 1 << 20))], dict(pool_size=(4, 1), strides=(1, 4095)), [8]),
     ("upsampling", lambda: [ints((1, 16, 64, 64))], dict(scale=3), [8]),
@@ -597,7 +598,8 @@ AS_SCRIPT = textwrap.dedent("""
 
 def _address_space_now() -> int:
     """MiB of address space a Python that imported cvmvm and numpy holds."""
-    probe = "import cvmvm, numpy; print(next(l for l in open('/proc/self/status') if l.startswith('VmSize')).split()[1])"
+    probe = ("import cvmvm, numpy\n"
+             "print(next(line for line in open('/proc/self/status') if line.startswith('VmSize')).split()[1])")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
     return int(out.stdout) >> 10
 

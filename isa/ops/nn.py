@@ -118,6 +118,7 @@ def exact_gemm(plan: GemmPlan, a: np.ndarray, b: np.ndarray) -> np.ndarray:
             acc = part
         else:
             acc += part
+        del part  # not alive beside the next chunk's (gemm_result_bytes)
     return acc
 
 
@@ -304,7 +305,7 @@ def _conv2d_gathered(a: Conv2DAttrs, x: np.ndarray, rows: range, cols: range, ke
         (np.arange(kw, dtype=np.int64) * dw)[:, None]                                      # (KW, cols)
     real = ((ih >= 0) & (ih < h))[:, None, :, None] & ((iw >= 0) & (iw < width))[None, :, None, :]
     patches = x[:, :, np.clip(ih, 0, h - 1)[:, None, :, None], np.clip(iw, 0, width - 1)[None, :, None, :]]
-    patches[:, :, ~real] = 0                                                                 # (nt, ct, KH, KW, rows, cols)
+    patches[:, :, ~real] = 0                                                     # (nt, ct, KH, KW, rows, cols)
     return patches.astype(dtype).reshape(nt, ct // ic, ic * kh * kw, len(rows) * len(cols))
 
 
@@ -367,7 +368,8 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
     weights = w.reshape(groups, oc // groups, -1).astype(dtype)      # (G, OC/G, K)
     if t.counts(n, groups, oh, ow) == (1, 1, 1, 1):
         # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
-        y = exact_gemm(plan, weights, patches_of(a, x, range(oh), range(ow), (kh, kw), ic, dtype)).reshape(n, oc, oh, ow)
+        y = exact_gemm(plan, weights, patches_of(a, x, range(oh), range(ow), (kh, kw), ic, dtype))
+        y = y.reshape(n, oc, oh, ow)
     else:
         out = np.empty((n, groups, oc // groups, oh, ow), dtype=plan.out_dtype)
         for n0 in range(0, n, t.nt):
@@ -377,9 +379,11 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
                     rows = range(o0, min(o0 + t.th, oh))
                     for q0 in range(0, ow, t.tw):
                         cols = range(q0, min(q0 + t.tw, ow))
-                        tile = exact_gemm(plan, weights[g0:g0 + t.gt], patches_of(a, part, rows, cols, (kh, kw), ic, dtype))
+                        tile = exact_gemm(plan, weights[g0:g0 + t.gt],
+                                          patches_of(a, part, rows, cols, (kh, kw), ic, dtype))
                         out[n0:n0 + t.nt, g0:g0 + t.gt, :, o0:rows.stop, q0:cols.stop] = \
                             tile.reshape(*tile.shape[:3], len(rows), len(cols))
+                        del tile  # one tile's results at a time (conv2d_scratch)
         y = out.reshape(n, oc, oh, ow)
     if b is not None:
         y += b[:, None, None]
@@ -513,30 +517,31 @@ def _pool_coordinates(size: int, k: int, s: int, p: int, out: int) -> np.ndarray
     return m - p if step == s else (m // k) * s + m % k - p
 
 
+def _compact_size(a: MaxPool2DAttrs, x: Shape, y: Shape) -> tuple[int, int, bool]:
+    """(compact rows, compact columns, whether the compact input is gathered) of max_pool2d over x -> y."""
+    (kh, kw), (sh, sw) = a.pool_size, a.strides
+    ph, pw = pool_padding(a)
+    _, rows, gather_rows = pool_compaction(x[2], kh, sh, ph, y[2])
+    _, cols, gather_cols = pool_compaction(x[3], kw, sw, pw, y[3])
+    return rows, cols, gather_rows or gather_cols
+
+
 def max_pool2d_work(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
     """The gather of the compact input (when one), one pass per window row over the compact columns,
     one per window column over the output, and a numpy call per pass."""
-    n, c, h, w = inputs[0].shape
-    oh, ow = outputs[0].shape[2:]
-    (kh, kw), (sh, sw) = a.pool_size, a.strides
-    ph, pw = pool_padding(a)
-    _, rows, gather_rows = pool_compaction(h, kh, sh, ph, oh)
-    _, cols, gather_cols = pool_compaction(w, kw, sw, pw, ow)
-    gathered = 4 * n * c * rows * cols if gather_rows or gather_cols else 0
-    return gathered + n * c * oh * (kh * cols + kw * ow) + (kh + kw + 8) * NUMPY_CALL
+    n, c, oh, ow = outputs[0].shape
+    rows, cols, gathered = _compact_size(a, inputs[0].shape, outputs[0].shape)
+    kh, kw = a.pool_size
+    passes = n * c * oh * (kh * cols + kw * ow)
+    return (4 * n * c * rows * cols if gathered else 0) + passes + (kh + kw + 8) * NUMPY_CALL
 
 
 def max_pool2d_scratch(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
     """The compact input and numpy's grid of its (row, column) indices (when gathered), and the row
     maxima (N, C, OH, compact columns)."""
-    n, c, h, w = inputs[0].shape
-    oh, ow = outputs[0].shape[2:]
-    (kh, kw), (sh, sw) = a.pool_size, a.strides
-    ph, pw = pool_padding(a)
-    _, rows, gather_rows = pool_compaction(h, kh, sh, ph, oh)
-    _, cols, gather_cols = pool_compaction(w, kw, sw, pw, ow)
-    gathered = (4 * n * c + 8) * rows * cols if gather_rows or gather_cols else 0
-    return gathered + 4 * n * c * oh * cols
+    n, c, oh, ow = outputs[0].shape
+    rows, cols, gathered = _compact_size(a, inputs[0].shape, outputs[0].shape)
+    return ((4 * n * c + 8) * rows * cols if gathered else 0) + 4 * n * c * oh * cols
 
 
 def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
