@@ -124,6 +124,8 @@ CODES: dict[str, str] = {
     "limit.size": "a tensor of more than 2^30 elements",
     "limit.ops": "a model's cost over the ISA's limit or the caller's --ops-limit",
     "limit.bytes": "a file or record over its byte budget",
+    "limit.memory": "a run's peak memory over the memory limit (--memory-limit), or more than the host can give",
+    "limit.work": "a run's work over the work limit (--work-limit)",
     "internal.precision": "a kernel produced a value outside its inferred precision (a VM bug)",
     "internal.shape": "a kernel produced the wrong shape (a VM bug)",
     "internal.dtype": "a kernel produced the wrong dtype (a VM bug)",

@@ -93,8 +93,8 @@ def test_memory_is_the_peak_of_live_tensors_outputs_and_scratch():
     model = Model(verify(relu_chain(3, 1 << 20)))
     n = 4 << 20
     assert [s.scratch for s in model.program.steps] == [STEP_SCRATCH] * 3
-    # Preparing the input: its int32 copy and an int64 one; each step: its input and its output.
-    assert model.memory_bytes == max(n + 2 * n + STEP_SCRATCH, 2 * n + STEP_SCRATCH)
+    # Preparing the input: its int32 copy, an int64 one and a mask; each step: its input and its output.
+    assert model.memory_bytes == max(n + n * 9 // 4 + STEP_SCRATCH, 2 * n + STEP_SCRATCH)
     x = TensorType((1 << 20,), 8)
     assert model.work == (RUN_WORK + VARIABLE_WORK + tensor_work(x) + INPUT_WORK * x.size
                           + 3 * (STEP_WORK + OP_BY_NAME["relu"].work(NoAttrs(), (x,), (x,)) + tensor_work(x)))
@@ -111,7 +111,7 @@ def test_params_stay_live_and_outputs_are_kept():
     # At the last relu: the param, output 2 (a head), its input 3 and its output 4; the input is dead.
     live = [b + b, b + b + b, b + b + b]
     steps = model.program.steps
-    assert model.memory_bytes == max(2 * b + 2 * b + STEP_SCRATCH,
+    assert model.memory_bytes == max(2 * b + b * 9 // 4 + STEP_SCRATCH,
                                      *(live[i] + b + steps[i].scratch for i in range(3)))
 
 
@@ -172,6 +172,15 @@ def test_python_api_limits():
     x = ints((1 << 16,))
     assert code_of(cvmvm.run_op, "relu", [x], limits=Limits(work=1000)) == "limit.work"
     assert cvmvm.run_op("relu", [x], limits=Limits(work=None))[0].tolist() == np.maximum(x, 0).tolist()
+
+
+def test_keeping_every_tensor_is_held_to_the_memory_limit():
+    """run(keep=True) (run --dump-tensors) holds every tensor to the end, not only the live ones."""
+    ir = relu_chain(8, 1 << 18)
+    model = Model(verify(ir, Limits(memory=verify(ir).memory_bytes)))
+    x = ints((1 << 18,))
+    assert code_of(model.run, {"data": x}, keep=True) == "limit.memory"
+    assert len(Model(verify(ir)).run({"data": x}, keep=True).tensors) == 9
 
 
 def _cortex(model):
@@ -547,9 +556,8 @@ def test_every_command_that_runs_a_model_takes_the_limits(capsys, chain, flag, c
                                   ["--work-limit", "1e-3"], ["--work-limit", "lots"]])
 def test_bad_limit_values_are_usage_errors(chain, argv, capsys):
     d, _ = chain
-    with pytest.raises(SystemExit) as e:
-        main(["verify", str(d / "m.cvm"), *argv])
-    assert e.value.code == 2
+    code, info = cli_json(capsys, ["verify", str(d / "m.cvm"), *argv])
+    assert (code, info["error"]) == (2, "usage.argument")
 
 
 def test_commands_that_do_not_run_ignore_run_limits(capsys, tmp_path):

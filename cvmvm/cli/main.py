@@ -127,9 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _fail(e.code, e.message, as_json)
             return EXIT_CODES[e.family]
         except MemoryError:  # outside a run, which refuses it itself: reading or decoding a file
-            e = LimitError("memory", "out of memory: this host cannot give what the command needs")
-            _fail(e.code, e.message, as_json)
-            return EXIT_CODES[e.family]
+            _fail("limit.memory", "out of memory: this host cannot give what the command needs", as_json)
+            return EXIT_CODES[LimitError.family]
         except Exception as e:  # a VM bug: still one line, in the internal family
             _fail("internal.bug", f"{type(e).__name__}: {e}", as_json)
             return EXIT_CODES["internal"]

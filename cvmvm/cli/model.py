@@ -157,7 +157,7 @@ def cmd_convert(args: argparse.Namespace) -> Reply:
     if kinds.detect(data) == kinds.NATIVE:
         if args.params:
             raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {args.source} is a native model")
-        model = load(data)
+        model = load(data, memory_limit=None, work_limit=None)  # converted, never run here
         graph, blob = cortex.write_cortex(model.program.model, model.program.types)
         params_out = args.params_out or str(Path(args.out).with_suffix(".params"))
         if blob is None:

@@ -29,7 +29,8 @@ def cmd_check_receipt(args: argparse.Namespace) -> Reply:
     signer = _signer(args.signer)
     # The claim is authenticated before anything is computed for it.
     executed = not receipt.unauthenticated(claimed, signer)
-    actual, clipping = None, ()
+    actual: receipt_codec.Receipt | None = None
+    clipping: tuple[Clipping, ...] = ()
     if executed:
         model = load_model(args.model, args.params, limits_of(args))
         result = model.run(parse_inputs(args.input), trace=True)

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence, Union
 import numpy as np
 
 from isa.attrs import parse_attrs
-from isa.errors import CvmError, InputError, InvalidError, UsageError
+from isa.errors import CvmError, InputError, InvalidError, LimitError, UsageError
 from isa.table import OP_BY_NAME
 from isa.types import INT32, MAX_DIM, TensorType, bitlen, vm_dtype
 from serializer import cortex, kinds, native
@@ -20,7 +20,8 @@ from cvmvm import files
 from cvmvm.vm.batching import Batch
 from cvmvm.vm.execute import Clipping, TensorObserver, execute, peak_bytes, prepare_inputs
 from cvmvm.vm.trace import Trace, Tracer, build_trace, tensor_name
-from cvmvm.vm.verify import DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, verify, verify_instruction
+from cvmvm.vm.verify import (DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, kept_memory, verify,
+                              verify_instruction)
 
 # A file: its path, or its bytes.
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
@@ -171,6 +172,10 @@ class Model:
         An input with a float scale also takes a float array, quantized as FORMAT.md 1.6 defines.
         """
         _check_feeds(inputs, "inputs")
+        limit = self.program.limits.memory
+        if keep and limit is not None and kept_memory(self.program) > limit:
+            raise LimitError("memory", f"keeping every tensor needs {kept_memory(self.program)} bytes of memory, "
+                                       f"over the memory limit of {limit}")
         tracer = Tracer(self.program, self.model_hash) if trace else None
         kept: list[np.ndarray] = []
         observe: TensorObserver | None = tracer

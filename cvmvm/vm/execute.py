@@ -63,7 +63,7 @@ def prepare_input(name: str, t: TensorType, value: object, scale: float | None =
             if not np.all(np.isfinite(value)):
                 raise InputError("value", f"input {name}: a float input holds NaN or infinity")
             if clipped is not None and value.size:
-                _report_float_clipping(name, t, value, scale, clipped)
+                _report_float_clipping(name, t.precision, value, scale, clipped)
             return np.ascontiguousarray(quantize_float(value, scale, t.precision))
         if value.dtype.kind not in "iu":
             hint = ", and the model gives this input no scale" if value.dtype.kind == "f" and scale is None else ""
@@ -82,17 +82,17 @@ def prepare_input(name: str, t: TensorType, value: object, scale: float | None =
     return np.ascontiguousarray(value, dtype=DTYPES[t.dtype])
 
 
-def _report_float_clipping(name: str, t: TensorType, value: np.ndarray, scale: float,
+def _report_float_clipping(name: str, precision: int, value: np.ndarray, scale: float,
                            clipped: list[Clipping]) -> None:
     """quantize_float's q = round_half_away(x / scale) leaves [-bound, bound] exactly when
     |x / scale| >= bound + 1/2.  (A function of its own: its float64 temporaries are gone
     before quantize_float makes its own, SCALED_INPUT_SCRATCH.)"""
-    bound = precision_bound(t.precision)
+    bound = precision_bound(precision)
     ratio = np.asarray(value, dtype=np.float64) / np.float64(scale)
     count = int(np.count_nonzero(np.abs(ratio) >= bound + 0.5))
     if count:
         lo, hi = round_half_away(np.array([ratio.min(), ratio.max()]))
-        clipped.append(Clipping(name, count, int(lo), int(hi), t.precision))
+        clipped.append(Clipping(name, count, int(lo), int(hi), precision))
 
 
 def prepare_inputs(program: Program, inputs: Mapping[str, object] | Iterable[tuple[str, object]],

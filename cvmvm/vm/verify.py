@@ -38,7 +38,7 @@ VARIABLE_WORK = 2_000     # per input or param: its leaf
 INPUT_WORK = 3            # per input element: checked, clipped, copied
 SCALED_INPUT_WORK = 12    # per element of an input with a scale, which may come as floats to quantize
 STEP_SCRATCH = 1 << 20    # bytes every kernel may hold besides its rule's (numpy's buffers, index arrays)
-INPUT_SCRATCH = 8         # bytes per input element while it is prepared (an int64 copy)
+INPUT_SCRATCH = 9         # bytes per input element while it is prepared (an int64 copy, a mask counting clips)
 SCALED_INPUT_SCRATCH = 48  # ... or quantized from floats (float64 temporaries)
 
 DEFAULT_MEMORY_LIMIT = 2 << 30          # bytes: a 4 GiB machine runs any verified program
@@ -238,7 +238,7 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
         if limits.work is not None and work > limits.work:
             raise LimitError("work", f"{where}: total work {work} units exceeds the work limit of {limits.work}")
 
-    variables = (*model.inputs, *model.params)
+    variables: tuple[Input | Param, ...] = (*model.inputs, *model.params)
     live = sum(tensor_bytes(v.type) for v in variables)
     work = RUN_WORK + sum(VARIABLE_WORK + tensor_work(v.type) for v in variables)
     scaled = [scale is not None for scale in model.input_scales]
@@ -257,6 +257,17 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
         peak = max(peak, memory)
         live += made - sum(tensor_bytes(types[t]) for t in free_after[step.index] if t not in params)
     return work, peak
+
+
+def kept_memory(program: Program) -> int:
+    """Peak bytes of a run that keeps every tensor to its end (Model.run(keep=True), run --dump-tensors):
+    all of them, and the largest scratch or input preparation beside them."""
+    model = program.model
+    scaled = [scale is not None for scale in model.input_scales]
+    prepare = max(((SCALED_INPUT_SCRATCH if f else INPUT_SCRATCH) * i.type.size
+                   for i, f in zip(model.inputs, scaled)), default=0)
+    return (sum(tensor_bytes(t) for t in program.types)
+            + max([prepare + STEP_SCRATCH, *(s.scratch for s in program.steps)]))
 
 
 def verify_instruction(op: OpDef, attrs: Any, inputs: Sequence[tuple[TensorType, np.ndarray]],

@@ -235,11 +235,11 @@ def max_pool_kernel(a: MaxPoolAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
     for number, combo in enumerate(itertools.product(*(range(int(ax[1].max())) for ax in axes))):
         pos = np.zeros(out, dtype=np.int64)
         real = None
-        for t, (first, count, step, grid, d, size) in zip(combo, axes):
+        for t, (first, count, step, axis_grid, d, size) in zip(combo, axes):
             coord = np.minimum(first + t * d, size - 1)  # clamped where the tap is not real: masked below
-            pos = pos + (coord * step).reshape(grid)
+            pos = pos + (coord * step).reshape(axis_grid)
             if t and not (count > t).all():
-                mask = (count > t).reshape(grid)
+                mask = (count > t).reshape(axis_grid)
                 real = mask if real is None else real & mask
         pos = pos.reshape(-1)
         candidate = np.take(keys, pos, axis=1)

@@ -203,7 +203,7 @@ def nms_keep(a: NonMaxSuppressionAttrs, rows: np.ndarray, valid_count: int, plan
     ids = candidates[:, ID]
     threshold = min(a.iou_threshold, 101)
     suppressed = np.zeros(len(order), dtype=bool)
-    kept = []
+    kept: list[int] = []
     for p in range(len(order)):
         if len(kept) >= limit:
             break
