@@ -20,6 +20,9 @@ Work units are calibrated so that the slowest case of every op runs at about
 1 ns per unit on the calibration machine (2-vCPU AMD EPYC): a program at the
 default limit of 5e9 units then runs in about 5 s.  The machine may be shared:
 the CPU idle fraction is printed first, and --wait-idle waits for an idle one.
+On a busy machine OPENBLAS_NUM_THREADS=1 gives steadier GEMM figures (BLAS's
+second thread otherwise waits for the scheduler, milliseconds at a time), and
+the CPU column is the figure such a machine distorts least.
 """
 
 from __future__ import annotations

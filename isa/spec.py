@@ -4,9 +4,9 @@ Every rule sees only static facts (attribute record and input TensorTypes) and
 states what is wrong with ``require``.  Beside the cost rule (Cortex's ops,
 what chains charge) each op declares its resource rules: ``work``, what its
 kernel really spends in work units, and ``scratch``, the bytes its kernel
-holds beyond its inputs and outputs (docs/RESOURCES.md).  The kernel sees the attribute record
-and the input arrays and contains no validation: it runs only inside a checked
-program.  The reference kernel (isa/reference/) has the same calling
+holds beyond its inputs and outputs (docs/RESOURCES.md).  The kernel sees the
+attribute record and the input arrays and contains no validation: it runs only
+inside a checked program.  The reference kernel (isa/reference/) has the same calling
 convention without the plan, and is the op's normative definition: the fast
 kernel must agree with it on every verified input.
 """
@@ -75,9 +75,9 @@ def unit_cost(a: Any, inputs: tuple[TensorType, ...], outputs: tuple[TensorType,
     return 1
 
 
-# Work units (docs/RESOURCES.md): one unit is about one nanosecond of one core
-# of the calibration machine; bench/work.py measures every rule against its
-# kernel.  NUMPY_CALL is one numpy call on a small array, Python included: a
+# Work units (docs/RESOURCES.md): about half a nanosecond of CPU for the median
+# op on the calibration machine, at most about one for the slowest op at its
+# worst shape; bench/work.py measures every rule against its kernel.  NUMPY_CALL is one numpy call on a small array, Python included: a
 # kernel that loops in Python pays it per iteration.
 NUMPY_CALL = 1000
 # numpy loops over strided or broadcast operands one row of the last axis at a

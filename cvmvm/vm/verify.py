@@ -241,10 +241,9 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
     variables: tuple[Input | Param, ...] = (*model.inputs, *model.params)
     live = sum(tensor_bytes(v.type) for v in variables)
     work = RUN_WORK + sum(VARIABLE_WORK + tensor_work(v.type) for v in variables)
-    scaled = [scale is not None for scale in model.input_scales]
-    work += sum((SCALED_INPUT_WORK if f else INPUT_WORK) * i.type.size for i, f in zip(model.inputs, scaled))
-    prepare = max(((SCALED_INPUT_SCRATCH if f else INPUT_SCRATCH) * i.type.size
-                   for i, f in zip(model.inputs, scaled)), default=0)
+    work += sum((SCALED_INPUT_WORK if scale is not None else INPUT_WORK) * i.type.size
+                for i, scale in zip(model.inputs, model.input_scales))
+    prepare = _preparation_bytes(model)
     peak = live + prepare + STEP_SCRATCH
     check("variables", work, peak, f"{live} of inputs and params, {prepare + STEP_SCRATCH} to prepare them")
     params = set(range(len(model.inputs), model.num_variables))  # held by the model, never freed
@@ -259,15 +258,17 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
     return work, peak
 
 
+def _preparation_bytes(model: Model) -> int:
+    """Scratch of preparing the largest input (inputs are prepared one at a time)."""
+    return max(((SCALED_INPUT_SCRATCH if scale is not None else INPUT_SCRATCH) * i.type.size
+                for i, scale in zip(model.inputs, model.input_scales)), default=0)
+
+
 def kept_memory(program: Program) -> int:
     """Peak bytes of a run that keeps every tensor to its end (Model.run(keep=True), run --dump-tensors):
     all of them, and the largest scratch or input preparation beside them."""
-    model = program.model
-    scaled = [scale is not None for scale in model.input_scales]
-    prepare = max(((SCALED_INPUT_SCRATCH if f else INPUT_SCRATCH) * i.type.size
-                   for i, f in zip(model.inputs, scaled)), default=0)
     return (sum(tensor_bytes(t) for t in program.types)
-            + max([prepare + STEP_SCRATCH, *(s.scratch for s in program.steps)]))
+            + max([_preparation_bytes(program.model) + STEP_SCRATCH, *(s.scratch for s in program.steps)]))
 
 
 def verify_instruction(op: OpDef, attrs: Any, inputs: Sequence[tuple[TensorType, np.ndarray]],
