@@ -77,8 +77,9 @@ def unit_cost(a: Any, inputs: tuple[TensorType, ...], outputs: tuple[TensorType,
 
 # Work units (docs/RESOURCES.md): about half a nanosecond of CPU for the median
 # op on the calibration machine, at most about one for the slowest op at its
-# worst shape; bench/work.py measures every rule against its kernel.  NUMPY_CALL is one numpy call on a small array, Python included: a
-# kernel that loops in Python pays it per iteration.
+# worst shape; bench/work.py measures every rule against its kernel.
+# NUMPY_CALL is one numpy call on a small array, Python included: a kernel that
+# loops in Python pays it per iteration.
 NUMPY_CALL = 1000
 # numpy loops over strided or broadcast operands one row of the last axis at a
 # time (longer when axes coalesce); each row costs about this beyond its elements.

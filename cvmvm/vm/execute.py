@@ -180,7 +180,8 @@ def _execute(program: Program, inputs: Mapping[str, np.ndarray], observe: Tensor
         position[0] = where
         results = step.run(*(env[t] for t in step.inputs))
         if len(results) != len(step.outputs):
-            raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, verified {len(step.outputs)}")
+            raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, "
+                                         f"verified {len(step.outputs)}")
         for t, ty, value in zip(step.outputs, step.out_types, results):
             out = confirm(where, ty, value)
             env[t] = out
