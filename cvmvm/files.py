@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -57,13 +59,35 @@ def read_npy(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> np.nd
         raise MalformedError("npy", f"{path}: {e}") from None
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write via a temporary file in the same directory and rename: never half a file."""
+def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
+    """Write via a temporary file in the same directory and rename: never half a file.
+    ``mode``: the file's permission bits (default: mkstemp's owner-only)."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A file to stream into, renamed to ``path`` only once the block completes: never half a file."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)

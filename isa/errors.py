@@ -79,7 +79,9 @@ CODES: dict[str, str] = {
     "usage.command": "no command, or an unknown one",
     "usage.argument": "a bad option or argument: unknown, missing, malformed, out of range, or of the wrong type",
     "usage.conflict": "options that do not go together (--sign without --receipt, --params with a native model, ...)",
-    "usage.missing_extra": "a command that needs an optional extra that is not installed (import-onnx: cvmvm[onnx])",
+    "usage.missing_extra": "a command that needs an optional extra that is not installed (import-onnx: cvmvm[onnx], "
+                           "replay --ray: cvmvm[ray])",
+    "usage.ray_worker": "replay --ray: a Ray worker that cannot import cvmvm (install it on every node)",
     "malformed.kind": "a file of another kind than the command reads (a receipt given as a model, ...)",
     "malformed.native": "a native model (.cvm) that does not decode",
     "malformed.noncanonical": "a msgpack record that decodes but is not its canonical encoding",
@@ -88,7 +90,9 @@ CODES: dict[str, str] = {
     "malformed.params": "a Cortex params binary that does not decode",
     "malformed.npy": "a .npy file that does not decode (or holds objects)",
     "malformed.receipt": "a receipt that does not decode",
-    "malformed.txs": "a transaction file that does not decode",
+    "malformed.txs": "a transaction file or record that does not decode, or a file whose framing is broken",
+    "malformed.txs_version": "a transaction file of another version (version 1: convert it with cvmvm tx convert)",
+    "malformed.results": "replay --resume: a results file that is not cvmvm's, or not of this transaction file",
     "malformed.step_proof": "a step proof that does not decode",
     "malformed.trace": "a trace file that does not decode, or whose root is not the root of its entries",
     "malformed.key": "a key file that is not an Ed25519 key (PEM or raw 32 bytes)",
@@ -112,7 +116,8 @@ CODES: dict[str, str] = {
     "input.name": "an input the model does not take, or one it takes missing",
     "input.shape": "an input of the wrong shape",
     "input.dtype": "an input of the wrong dtype (or not an array)",
-    "input.value": "run_op: an input value that does not fit int32, or its given precision",
+    "input.value": "run_op: an input value that does not fit int32, or its given precision; replay: a transaction "
+                   "input value outside its precision (never clipped)",
     "input.precision": "run_op: a precision list that does not match the inputs",
     "input.file": "a file that cannot be read",
     "input.step": "prove-step: a step that is not an instruction of the model",
@@ -133,6 +138,8 @@ CODES: dict[str, str] = {
     "internal.attrs": "an instruction whose attribute record is not its op's (a VM bug)",
     "internal.param": "a param whose value does not match its type (a VM bug)",
     "internal.trace": "a traced run that did not hash every tensor (a VM bug)",
+    "internal.ray": "replay --ray: a Ray task failed for another reason than cvmvm's own errors",
+    "internal.replay": "replay: a transaction left without an outcome (a bug)",
     "internal.bug": "any other exception: a VM bug (the command line reports it, never a traceback)",
 }
 

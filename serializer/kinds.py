@@ -92,6 +92,8 @@ def detect(data: bytes) -> str | None:
         return NPY
     if len(data) >= 8 and struct.unpack_from("<Q", data)[0] == PARAMS_MAGIC:
         return CORTEX_PARAMS
+    if data.startswith(transactions.MAGIC):
+        return TXS
     name = _record_name(data)
     if name is not None:
         return _RECORDS.get(name)

@@ -255,7 +255,7 @@ def scan(data: bytes, reader: Reader) -> None:
 
 # -- decoding: the whole -----------------------------------------------------------------
 
-def _unpack(data: bytes, reader: Reader) -> Any:
+def unpack(data: bytes, reader: Reader) -> Any:
     """One scanned msgpack value, with no duplicate keys or extension types."""
     scan(data, reader)
 
@@ -289,7 +289,7 @@ def decode(data: bytes, reader: Reader, max_bytes: int, what: str,
     data = bytes(data)
     if len(data) > max_bytes:
         raise LimitError("bytes", f"{what} of {len(data)} bytes exceeds {max_bytes}")
-    record = from_wire(_unpack(data, reader))
+    record = from_wire(unpack(data, reader))
     if pack(to_wire(record)) != data:
         raise MalformedError("noncanonical", f"the bytes decode, but are not the canonical encoding of the {what}")
     return record

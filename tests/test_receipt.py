@@ -201,7 +201,26 @@ def test_keys_in_pem_and_raw_form():
     assert receipt.load_private_key(raw, "k").private_bytes_raw() == raw
     assert receipt.load_public_key(public_pem, "k") == public
     assert receipt.load_public_key(public, "k") == public
-    assert receipt.load_public_key(pem, "k") == public
+
+
+def test_a_private_key_is_refused_as_a_signer():
+    pem = KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    with pytest.raises(CvmError) as e:
+        receipt.load_public_key(pem, "k")
+    assert e.value.code == "usage.argument"
+
+
+def test_keygen_writes_a_pair_and_never_overwrites(tmp_path, capsys):
+    code, info = cli_json(capsys, ["keygen", str(tmp_path / "k")])
+    assert code == 0
+    private = receipt.load_private_key((tmp_path / "k").read_bytes(), "k")
+    assert receipt.load_public_key((tmp_path / "k.pub").read_bytes(), "k.pub") == private.public_key().public_bytes_raw()
+    assert info["public_hex"] == private.public_key().public_bytes_raw().hex()
+    assert (tmp_path / "k").stat().st_mode & 0o077 == 0
+    before = (tmp_path / "k").read_bytes()
+    code, info = cli_json(capsys, ["keygen", str(tmp_path / "k")])
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.argument"
+    assert (tmp_path / "k").read_bytes() == before
 
 
 @pytest.mark.parametrize("data", [b"", b"\x01" * 31, b"\x01" * 33, b"-----BEGIN PRIVATE KEY-----\nnot base64\n"])

@@ -1,21 +1,20 @@
-"""Replay: the transaction file, batching decided statically and identical to one-by-one
-runs, every mismatch and error kind, worker processes, Ray, and make_txs end to end."""
+"""Replay: batching decided statically and identical to one-by-one runs, every mismatch and
+error kind, malleable inputs refused, worker processes, Ray (one machine), and `tx demo` end
+to end.  The transaction file's format is tests/test_txs_file.py; results files, resume and
+the command line are tests/test_replay_cli.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 
-import msgpack
 import numpy as np
 import pytest
 
 from serializer.records import transactions
 from serializer.records.transactions import Transaction
 from cvmvm.vm import batching
-from cvmvm.tx import receipt, replay
-from cvmvm.cli.common import EXIT_CODES
+from cvmvm.tx import receipt, replay, results, schedule
 from cvmvm.tx.store import Store
 from isa.errors import CvmError
 from serializer.hashing import merkle_root, trace_root
@@ -32,6 +31,13 @@ def random_inputs(model, count: int, seed: int) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{name: rng.integers(-300, 300, size=t.shape, dtype=np.int32) for name, t in model.inputs.items()}
             for _ in range(count)]
+
+
+def clipped_inputs(model, count: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """random_inputs within each input's precision: what a transaction may carry."""
+    bounds = {name: (1 << (t.precision - 1)) - 1 for name, t in model.inputs.items()}
+    return [{n: np.clip(v, -bounds[n], bounds[n]).astype(np.int32) for n, v in f.items()}
+            for f in random_inputs(model, count, seed)]
 
 
 def honest(model, inputs: dict, key=KEY) -> Transaction:
@@ -124,7 +130,7 @@ def test_digits_batched_equals_one_by_one():
 def test_every_outcome_kind(store):
     model = mlp_model()
     store.add(model)
-    feeds = random_inputs(model, 12, RNG_SEED + 1)
+    feeds = clipped_inputs(model, 12, RNG_SEED + 1)
     txs = [honest(model, f) for f in feeds]
 
     def tamper(i, **fields):
@@ -145,7 +151,7 @@ def test_every_outcome_kind(store):
     txs[9] = dataclasses.replace(txs[9], inputs=(("x", np.zeros((1, 4), np.float32)),))
     txs[10] = dataclasses.replace(txs[10], inputs=(("y", np.zeros((1, 4), np.int32)),))
     txs[11] = dataclasses.replace(txs[11], inputs=())
-    outcomes = replay.replay(txs, store)
+    outcomes = schedule.replay(txs, store)
     assert [(o.status, o.fields, o.error) for o in outcomes] == [
         ("ok", (), None),
         ("mismatch", ("output_hash",), None), ("mismatch", ("trace_root",), None), ("mismatch", ("ops",), None),
@@ -153,11 +159,16 @@ def test_every_outcome_kind(store):
         ("error", (), "input.unknown_model"), ("error", (), "input.shape"), ("error", (), "input.dtype"),
         ("error", (), "input.name"), ("error", (), "input.name"),
     ]
-    s = replay.summary(outcomes)
+    report = results.Report()
+    for o in outcomes:
+        report.add(o)
+    s = report.summary()
     assert (s["ok"], s["mismatch"], s["error"]) == (1, 6, 5)
+    assert s["model_errors"] == [{"model": "09" * 32, "error": "input.unknown_model", "transactions": 1,
+                                  "message": outcomes[7].message}]
     signer = KEY.public_key().public_bytes_raw()
-    assert replay.replay(txs[:1], store, signer=signer)[0].status == "ok"
-    assert replay.replay(txs[:1], store, signer=b"\x03" * 32)[0].fields == ("signer",)
+    assert schedule.replay(txs[:1], store, signer=signer)[0].status == "ok"
+    assert schedule.replay(txs[:1], store, signer=b"\x03" * 32)[0].fields == ("signer",)
 
 
 def test_store_hash_mismatch_is_an_error_for_that_model_only(store):
@@ -167,8 +178,8 @@ def test_store_hash_mismatch_is_an_error_for_that_model_only(store):
     data = bytearray(store.path(a.model_hash).read_bytes())
     data[-1] ^= 1
     store.path(a.model_hash).write_bytes(bytes(data))
-    txs = [honest(a, f) for f in random_inputs(a, 2, 1)] + [honest(b, f) for f in random_inputs(b, 2, 2)]
-    outcomes = replay.replay(txs, store)
+    txs = [honest(a, f) for f in clipped_inputs(a, 2, 1)] + [honest(b, f) for f in clipped_inputs(b, 2, 2)]
+    outcomes = schedule.replay(txs, store)
     assert [(o.status, o.error) for o in outcomes] == [("error", "malformed.store_hash")] * 2 + [("ok", None)] * 2
 
 
@@ -177,14 +188,14 @@ def test_mixed_models_workers_and_batch_sizes_give_one_answer(store):
     for m in models:
         store.add(m)
     txs = [honest(models[i % 4], f) for i, f in enumerate(
-        sum((random_inputs(m, 1, 100 + i) for i, m in enumerate(models * 10)), []))]
+        sum((clipped_inputs(m, 1, 100 + i) for i, m in enumerate(models * 10)), []))]
     txs[5] = dataclasses.replace(txs[5], receipt=dataclasses.replace(txs[5].receipt, signer=None, ops=1))
     seen = []
-    reference = replay.replay(txs, store, progress=lambda done, total: seen.append((done, total)))
+    reference = schedule.replay(txs, store, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (40, 40) and [o.index for o in reference] == list(range(40))
     assert reference[5].fields == ("ops",) and sum(o.status == "ok" for o in reference) == 39
     for kw in ({"batch_size": 1}, {"batch_size": 7}, {"workers": 2, "batch_size": 3}):
-        assert replay.replay(txs, store, **kw) == reference
+        assert schedule.replay(txs, store, **kw) == reference
 
 
 def test_ray_gives_the_same_answer(store):
@@ -193,90 +204,58 @@ def test_ray_gives_the_same_answer(store):
     for m in models:
         store.add(m)
     txs = [honest(models[i % 2], f) for i, f in enumerate(
-        sum((random_inputs(m, 1, 200 + i) for i, m in enumerate(models * 15)), []))]
+        sum((clipped_inputs(m, 1, 200 + i) for i, m in enumerate(models * 15)), []))]
     txs[3] = dataclasses.replace(txs[3], model_hash=b"\x05" * 32)
-    reference = replay.replay(txs, store)
+    reference = schedule.replay(txs, store)
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        assert replay.replay(txs, store, use_ray=True, batch_size=4) == reference
+        assert schedule.replay(txs, store, use_ray=True, batch_size=4) == reference
     finally:
         ray.shutdown()
     assert reference[3].error == "input.unknown_model"
 
 
-# -- the transaction file ---------------------------------------------------------------------------
+# -- malleability: a transaction carries exactly what the program reads --------------------------
 
-def _wire(store) -> dict:
+def test_inputs_beyond_precision_or_of_another_dtype_are_refused(store):
+    """Two byte strings for one receipt would be a forgery: clipping 1000 to 127 (precision 8) and
+    reading int64 as int32 both make one; such inputs are errors, not clipped or converted."""
+    model = mlp_model()
+    store.add(model)
+    x = np.array([[5, -100, 127, 7]], dtype=np.int32)
+    tx = honest(model, {"x": x})
+    clipped = dataclasses.replace(tx, inputs=(("x", np.array([[5, -100, 1000, 7]], dtype=np.int32)),))
+    widened = dataclasses.replace(tx, inputs=(("x", x.astype(np.int64)),))
+    narrowed = dataclasses.replace(tx, inputs=(("x", x.astype(np.int8)),))
+    low = dataclasses.replace(tx, inputs=(("x", np.array([[5, -128, 0, 7]], dtype=np.int32)),))
+    outcomes = schedule.replay([tx, clipped, widened, narrowed, low], store)
+    assert [(o.status, o.error) for o in outcomes] == [
+        ("ok", None), ("error", "input.value"), ("error", "input.dtype"), ("error", "input.dtype"),
+        ("error", "input.value")]
+    # The same receipt through `cvmvm run` clips (and says so): replay does not.
+    assert model.run({"x": np.array([[5, -100, 1000, 7]], dtype=np.int32)}, trace=True).output_hash == \
+        model.run({"x": x}, trace=True).output_hash
+
+
+def test_inputs_out_of_the_models_order_are_refused(store):
     model = pair_model()
     store.add(model)
-    return msgpack.unpackb(transactions.encode_txs([honest(model, f) for f in random_inputs(model, 2, 3)]))
+    feeds = random_inputs(model, 1, 7)[0]
+    feeds = {"a": np.clip(feeds["a"], -127, 127), "b": np.clip(feeds["b"], -31, 31)}
+    tx = honest(model, feeds)
+    swapped = dataclasses.replace(tx, inputs=tx.inputs[::-1])
+    assert [(o.status, o.error) for o in schedule.replay([tx, swapped], store)] == [("ok", None),
+                                                                                  ("error", "input.name")]
 
 
-def test_txs_round_trip(store):
-    model = mlp_model()
-    txs = [honest(model, f) for f in random_inputs(model, 3, 4)]
-    data = transactions.encode_txs(txs)
-    back = transactions.decode_txs(data)
-    assert transactions.encode_txs(back) == data
-    assert [t.receipt for t in back] == [t.receipt for t in txs]
-    assert all(np.array_equal(a[1], b[1]) for t, u in zip(txs, back) for a, b in zip(t.inputs, u.inputs))
+# -- tx demo end to end ------------------------------------------------------------------------------
 
-
-def _code(data: bytes) -> str:
-    with pytest.raises(CvmError) as e:
-        transactions.decode_txs(data)
-    return e.value.code
-
-
-@pytest.mark.parametrize("mutate", [
-    lambda w: {**w, "format": "cvmvm-tx"},
-    lambda w: {**w, "version": 0},
-    lambda w: {k: w[k] for k in ("version", "format", "txs")},
-    lambda w: {**w, "txs": {}},
-    lambda w: {**w, "txs": [{**w["txs"][0], "model": w["txs"][0]["model"][:16]}]},
-    lambda w: {**w, "txs": [{k: v for k, v in w["txs"][0].items() if k != "receipt"}]},
-    lambda w: {**w, "txs": [{**w["txs"][0], "receipt": b"\x80"}]},
-    lambda w: {**w, "txs": [{**w["txs"][0], "receipt": {**w["txs"][0]["receipt"], "ops": "1"}}]},
-    lambda w: {**w, "txs": [{**w["txs"][0], "inputs": w["txs"][0]["inputs"][:1] * 2}]},
-    lambda w: {**w, "txs": [{**w["txs"][0], "inputs": [{**w["txs"][0]["inputs"][0], "dtype": "int16"}]}]},
-    lambda w: {**w, "txs": [{**w["txs"][0], "inputs": [{**w["txs"][0]["inputs"][0], "data": b"\x00"}]}]},
-    lambda w: {**w, "txs": [{**w["txs"][0], "inputs": [{**w["txs"][0]["inputs"][0], "shape": [2, 0]}]}]},
-])
-def test_malformed_tx_files_are_rejected(store, mutate):
-    assert _code(msgpack.packb(mutate(_wire(store)), use_bin_type=True)) == "malformed.txs"
-
-
-def test_tx_file_bounds_and_canonical_form(store):
-    data = msgpack.packb(_wire(store), use_bin_type=True)
-    assert transactions.decode_txs(data)
-    assert _code(data[:-3]) == "malformed.txs"
-    assert _code(data + b"\xc0") == "malformed.txs"
-    assert _code(data.replace(b"\xa6format", b"\xd9\x06format", 1)) == "malformed.noncanonical"
-    wide = msgpack.packb({**_wire(store), "txs": [{**_wire(store)["txs"][0], "inputs": [
-        {**_wire(store)["txs"][0]["inputs"][0], "shape": [1, 1, 1, 1, 1, 1, 6]}]}]}, use_bin_type=True)
-    assert _code(wide) == "limit.rank"
-
-
-def test_cli_rejects_a_malformed_file(capsys, tmp_path, store):
-    (tmp_path / "bad.cvmtx").write_bytes(b"\x93\x01\x02")
-    code, info = cli_json(capsys, ["replay", str(tmp_path / "bad.cvmtx"), "--store", str(store.root)])
-    assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.txs"
-
-
-# -- make_txs end to end ------------------------------------------------------------------------------
-
-def _make_txs():
-    spec = importlib.util.spec_from_file_location("make_txs", REPO / "scripts" / "make_txs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_make_txs_500_end_to_end(capsys, tmp_path):
-    expected = _make_txs().generate(tmp_path, 500)
+def test_tx_demo_500_end_to_end(capsys, tmp_path):
+    code, info = cli_json(capsys, ["tx", "demo", "500", str(tmp_path)])
+    assert code == 0 and info["bad"] == 16
+    expected = json.loads((tmp_path / "expected.json").read_text())
     kinds = {b["kind"] for b in expected["bad"]}
     assert kinds == {"output_hash", "trace_root", "ops", "signature", "unknown_model", "malformed_input"}
-    assert len(expected["bad"]) == 16
     args = ["replay", str(tmp_path / "txs.cvmtx"), "--store", str(tmp_path / "store"),
             "--signer", str(tmp_path / "signer.pub")]
     code, info = cli_json(capsys, args)
@@ -285,11 +264,12 @@ def test_make_txs_500_end_to_end(capsys, tmp_path):
                 for r in info["results"] if r["status"] != "ok"]
     assert reported == [{k: v for k, v in b.items() if k != "kind"} for b in expected["bad"]]
     assert info["summary"]["ok"] == 500 - 16
+    assert [m["transactions"] for m in info["summary"]["model_errors"]] == [sum(b["kind"] == "unknown_model" for b in expected["bad"])]
     code2, info2 = cli_json(capsys, [*args, "--workers", "2", "--batch", "100"])
     assert (code2, info2) == (code, info)
     # Deterministic: generating again gives the same bytes.
     again = tmp_path / "again"
-    _make_txs().generate(again, 500)
+    cli_json(capsys, ["tx", "demo", "500", str(again)])
     assert (again / "txs.cvmtx").read_bytes() == (tmp_path / "txs.cvmtx").read_bytes()
     assert json.loads((again / "expected.json").read_text()) == expected
 
@@ -297,7 +277,8 @@ def test_make_txs_500_end_to_end(capsys, tmp_path):
 def test_cli_text_report_and_clean_exit(capsys, tmp_path, store):
     model = mlp_model()
     store.add(model)
-    (tmp_path / "t.cvmtx").write_bytes(transactions.encode_txs([honest(model, f) for f in random_inputs(model, 3, 5)]))
+    (tmp_path / "t.cvmtx").write_bytes(transactions.encode_txs([honest(model, f) for f in
+                                                                clipped_inputs(model, 3, 5)]))
     from cvmvm.cli.main import main
     assert main(["replay", str(tmp_path / "t.cvmtx"), "--store", str(store.root)]) == 0
     assert capsys.readouterr().out.splitlines() == ["3 transactions: 3 ok, 0 mismatch, 0 error"]

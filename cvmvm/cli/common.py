@@ -29,8 +29,10 @@ EXIT_MISMATCH = 1   # the command ran, and what it checked does not hold
 EXIT_USAGE = 2      # a bad command line (usage.*), argparse's own mistakes included
 EXIT_CODES = {"usage": EXIT_USAGE, "malformed": 3, "invalid": 4, "input": 5, "limit": 6, "internal": 7}
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # the reader of a streamed output went away: 128 + SIGPIPE
 
-Reply = tuple[int, dict[str, Any], str]
+# (None, None: the command printed its own output as it went.)
+Reply = tuple[int, dict[str, Any] | None, str | None]
 # Adds a subcommand (name, function, help) to the main parser; returns its parser.
 Command = Callable[[str, Callable[..., Any], str], argparse.ArgumentParser]
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from cvmvm import files
-from cvmvm.vm.api import load
+from cvmvm.vm.api import Model, load
 from cvmvm.cli.common import traced
 
 EXPORTED_IMAGES = 2  # image0.npy, image1.npy: enough to show a match and a mismatch
@@ -43,10 +43,14 @@ def export(out_dir: str) -> list[str]:
     return written
 
 
+def demo_model_and_images() -> tuple[Model, np.ndarray]:
+    """The bundled digits model and its images (also the source of ``cvmvm tx demo``)."""
+    return load(_resource("digits.cvm")), _images()
+
+
 def run_demo() -> dict[str, Any]:
     start = time.perf_counter()
-    model = load(_resource("digits.cvm"))
-    images = _images()
+    model, images = demo_model_and_images()
     labels = np.load(io.BytesIO(_resource("labels.npy")), allow_pickle=False)
     rows = []
     for k, (image, label) in enumerate(zip(images, labels)):

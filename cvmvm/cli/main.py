@@ -20,7 +20,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from isa.errors import CvmError, LimitError, UsageError
 from cvmvm import versions
 from cvmvm.cli import importer, model, show, tx
-from cvmvm.cli.common import EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, Reply
+from cvmvm.cli.common import EXIT_BROKEN_PIPE, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, Reply
 
 
 class Parser(argparse.ArgumentParser):
@@ -129,10 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except MemoryError:  # outside a run, which refuses it itself: reading or decoding a file
             _fail("limit.memory", "out of memory: this host cannot give what the command needs", as_json)
             return EXIT_CODES[LimitError.family]
+        except BrokenPipeError:  # a command streaming its output (replay) into `head`: stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_BROKEN_PIPE
         except Exception as e:  # a VM bug: still one line, in the internal family
             _fail("internal.bug", f"{type(e).__name__}: {e}", as_json)
             return EXIT_CODES["internal"]
-        _print(json.dumps(info, sort_keys=True) if as_json else text)
+        if info is not None:  # None: the command printed its own output as it went (replay)
+            _print(json.dumps(info, sort_keys=True) if as_json else str(text))
         return code
     except KeyboardInterrupt:
         print("cvmvm: interrupted", file=sys.stderr)

@@ -1,19 +1,24 @@
-"""The transaction commands: check-receipt, store, replay, diff, prove-step, check-step."""
+"""The transaction commands: check-receipt, store, replay, tx (add, convert, demo), keygen, diff,
+prove-step, check-step."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from pathlib import Path
 
-from isa.errors import UsageError
+from isa.errors import CvmError, UsageError
 from serializer import kinds
 from serializer.records import receipt as receipt_codec, stepproof as proof_codec, trace as trace_codec, transactions
 from cvmvm import files
 from cvmvm.vm.execute import Clipping, prepare_inputs
-from cvmvm.tx import receipt, replay, stepproof, tracediff
+from cvmvm.tx import receipt, replay, results, schedule, stepproof, tracediff, txtools
 from cvmvm.tx.store import Store
-from cvmvm.cli.common import (EXIT_MISMATCH, EXIT_OK, NOT_RUN, Command, Reply, clipping_json, hash_hex, input_arg,
-                              limit_args, limits_of, load_model, model_args, non_negative_int, parse_inputs,
+from cvmvm.cli import demo
+from cvmvm.cli.common import (EXIT_CODES, EXIT_MISMATCH, EXIT_OK, NOT_RUN, Command, Reply, clipping_json, hash_hex,
+                              input_arg, limit_args, limits_of, load_model, model_args, non_negative_int, parse_inputs,
                               positive_int, read_kind, warn_clipping)
 
 
@@ -68,28 +73,132 @@ def cmd_store_list(args: argparse.Namespace) -> Reply:
 
 # -- replay -------------------------------------------------------------------------------
 
-def _progress_bar() -> replay.Progress | None:
-    if not sys.stderr.isatty():
-        return None
+class _Progress:
+    """A tqdm bar on stderr (rate, ETA, mismatches and errors so far), when tqdm is installed
+    (the ``progress`` extra), stderr is a terminal and --quiet is not given."""
 
-    def show(done: int, total: int) -> None:
-        width = 30
-        filled = width * done // max(1, total)
-        end = "\n" if done == total else ""
-        print(f"\rreplay [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True)
+    def __init__(self, total: int | None, quiet: bool) -> None:
+        self.bar = None
+        if quiet or not sys.stderr.isatty():
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self.bar = tqdm(total=total, unit="tx", unit_scale=True, desc="replay", file=sys.stderr,
+                        dynamic_ncols=True, smoothing=0.05)
 
-    return show
+    def update(self, n: int, report: results.Report) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{report.mismatch} mismatch, {report.error} error", refresh=False)
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def cmd_replay(args: argparse.Namespace) -> Reply:
-    txs = transactions.decode_txs(read_kind(args.txs, (kinds.TXS,), "transaction file", transactions.MAX_TXS_BYTES))
-    outcomes = replay.replay(txs, Store(args.store), workers=args.workers, use_ray=args.ray,
-                             batch_size=args.batch, signer=_signer(args.signer), progress=_progress_bar(),
-                             limits=limits_of(args))
-    summary = replay.summary(outcomes)
-    info = {"summary": summary, "results": [o.to_json() for o in outcomes]}
-    clean = summary["ok"] == summary["total"]
-    return (EXIT_OK if clean else EXIT_MISMATCH), info, "\n".join(replay.iter_lines(outcomes, args.all))
+    if args.resume and args.output is None:
+        raise UsageError("conflict", "--resume continues the results file given with --output")
+    if args.ray is not None:
+        try:
+            import ray  # noqa: F401  (only to say at once that the extra is missing)
+        except ImportError:
+            raise schedule.ray_missing() from None
+    store = Store(args.store)
+    schedule.check_store(store)
+    opts = schedule.Options(args.workers, args.ray, args.batch, _signer(args.signer))
+    previous = None
+    out = None
+    if args.output is not None:
+        if args.resume and os.path.exists(args.output):
+            out, previous = results.resume(args.output, opts.signer)
+        else:
+            out = results.ResultsFile.create(args.output, opts.signer)
+    report = results.Report()
+    progress = _Progress(schedule.count_hint(args.txs), args.quiet)
+    stdout = sys.stdout
+    first = True  # with --json, the object opens with the first outcome: a failure before it prints only the error
+    try:
+        for burst in schedule.replay_file(args.txs, store, opts, previous):
+            if out is not None:
+                out.write(burst)
+            text = []
+            for o in burst:
+                report.add(o)
+                if args.json:
+                    text.append(('{"results": [' if first else ", ") + results.outcome_line(o))
+                    first = False
+                elif results.shown(o, args.all):
+                    text.append(results.describe(o) + "\n")
+            if text:
+                stdout.write("".join(text))
+                stdout.flush()
+            progress.update(len(burst), report)
+    except CvmError as e:
+        if e.code != "malformed.txs" or report.total == 0:
+            raise
+        report.file_error = e
+    finally:
+        progress.close()
+        if out is not None:
+            out.close()
+    if args.json:
+        stdout.write(('{"results": [' if first else "") + '], "summary": ' + json.dumps(report.summary(), sort_keys=True) + "}\n")
+    else:
+        stdout.write("\n".join(report.lines()) + "\n")
+    stdout.flush()
+    if report.file_error is not None:
+        e = report.file_error
+        print(f"cvmvm: error {e.code}: {e.message}", file=sys.stderr)
+        return EXIT_CODES[e.family], None, None
+    return (EXIT_OK if report.ok == report.total else EXIT_MISMATCH), None, None
+
+
+# -- tx: add, convert, demo; keygen -------------------------------------------------------
+
+def cmd_tx_add(args: argparse.Namespace) -> Reply:
+    model = load_model(args.model, args.params)
+    claim = None
+    if args.receipt is not None:
+        claim = receipt_codec.decode(read_kind(args.receipt, (kinds.RECEIPT,), "receipt",
+                                               receipt_codec.MAX_RECEIPT_BYTES))
+    tx, actual, clipping = txtools.transaction_for(model, parse_inputs(args.input), claim)
+    warn_clipping(clipping)
+    count = txtools.append(Path(args.txs), [transactions.encode_tx(tx)])
+    holds = receipt.mismatches(tx.receipt, actual)
+    info = {"txs": args.txs, "index": count - 1, "model_hash": model.model_hash.hex(),
+            "receipt_matches_run": not holds, "mismatched_fields": list(holds), "clipped": clipping_json(clipping)}
+    text = f"added transaction {count - 1} to {args.txs} (model {model.model_hash.hex()})"
+    if holds:
+        text += f"\nnote: its receipt does not match the run: {', '.join(holds)}"
+    return EXIT_OK, info, text
+
+
+def cmd_tx_convert(args: argparse.Namespace) -> Reply:
+    count = txtools.convert(Path(args.old), Path(args.new))
+    return (EXIT_OK, {"transactions": count, "out": args.new, "version": transactions.TXS_VERSION},
+            f"wrote {count} transactions to {args.new} (version {transactions.TXS_VERSION})")
+
+
+def cmd_tx_demo(args: argparse.Namespace) -> Reply:
+    model, images = demo.demo_model_and_images()
+    expected = txtools.generate(model, images, Path(args.out), args.count, signed=not args.unsigned)
+    kinds: dict[str, int] = {}
+    for b in expected["bad"]:
+        kinds[b["kind"]] = kinds.get(b["kind"], 0) + 1
+    text = (f"{args.count} transactions ({len(expected['bad'])} bad: "
+            + ", ".join(f"{k} {n}" for k, n in kinds.items()) + f") in {args.out}/txs.cvmtx, "
+            f"store {args.out}/store" + ("" if args.unsigned else f", signer {args.out}/signer.pub"))
+    return EXIT_OK, {"count": args.count, "bad": len(expected["bad"]), "kinds": kinds, "out": args.out}, text
+
+
+def cmd_keygen(args: argparse.Namespace) -> Reply:
+    public = receipt.keygen(Path(args.key))
+    return (EXIT_OK, {"private_key": args.key, "public_key": args.key + ".pub", "public_hex": public.hex()},
+            f"wrote {args.key} (private: keep it; for --sign) and {args.key}.pub (public: for --signer)\n"
+            f"public key {public.hex()}")
 
 
 # -- diff ---------------------------------------------------------------------------------
@@ -163,13 +272,45 @@ def add_commands(command: Command) -> None:
     p.add_argument("txs", help="transaction file (docs/FORMAT.md section 7)")
     p.add_argument("--store", required=True, help="model store directory")
     p.add_argument("--workers", type=positive_int, default=1, help="worker processes (default 1: this process)")
-    p.add_argument("--ray", action="store_true", help="run on Ray (pip install cvmvm[ray]); --workers is then a hint")
+    p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                   help="run on Ray (pip install 'cvmvm[ray]'): the cluster at ADDRESS, else RAY_ADDRESS's, else "
+                        "a local one; give it after TXS or as --ray=ADDRESS")
     p.add_argument("--batch", type=positive_int, default=replay.DEFAULT_BATCH,
                    help="most transactions in one batched run")
-    p.add_argument("--signer", metavar="PUBKEY", help="require every receipt signed by this Ed25519 key")
+    p.add_argument("--signer", metavar="PUBKEY", help="require every receipt signed by this Ed25519 public key")
+    p.add_argument("--output", metavar="RESULTS.jsonl", help="stream one JSON line per transaction to this new file")
+    p.add_argument("--resume", action="store_true", help="continue the --output file of an interrupted replay")
     p.add_argument("--all", action="store_true", help="print a line for every transaction, not only those that "
                                                       "did not hold (--json always lists every one)")
     limit_args(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar (there is one on a terminal when the "
+                                                        "'progress' extra, tqdm, is installed)")
+
+    p = command("tx", cmd_tx_add, "make transaction files: add a real run, convert version 1, generate a demo")
+    actions = p.add_subparsers(dest="tx_command", required=True)
+    add = actions.add_parser("add", help="append a transaction of a real run (created if missing)",
+                             description="Run MODEL on the inputs and append the transaction (inputs as the program "
+                                         "read them, and the run's receipt, or the --receipt given) to TXS.")
+    add.add_argument("txs", help="transaction file (created if missing)")
+    model_args(add, "--model")
+    input_arg(add)
+    add.add_argument("--receipt", help="carry this receipt as the claim (e.g. signed by cvmvm run --receipt --sign)")
+    add.set_defaults(func=cmd_tx_add)
+    conv = actions.add_parser("convert", help="convert a version 1 transaction file to version 2")
+    conv.add_argument("old", help="version 1 transaction file")
+    conv.add_argument("new", help="version 2 file to write")
+    conv.set_defaults(func=cmd_tx_convert)
+    gen = actions.add_parser("demo", help="generate N digits transactions, some bad on purpose, and their store",
+                             description=txtools.__doc__.split("\n\n")[2] if txtools.__doc__ else None)
+    gen.add_argument("count", type=positive_int, metavar="N", help="transactions")
+    gen.add_argument("out", metavar="OUT", help="directory for store/, txs.cvmtx, expected.json, signer.pub")
+    gen.add_argument("--unsigned", action="store_true", help="unsigned receipts (no signature to verify)")
+    gen.set_defaults(func=cmd_tx_demo)
+    for sub in (add, conv, gen):
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
+
+    p = command("keygen", cmd_keygen, "write an Ed25519 key pair: KEY (private, for --sign) and KEY.pub (for --signer)")
+    p.add_argument("key", help="private key file to write; the public key goes to KEY.pub")
 
     p = command("diff", cmd_diff, "name the first instruction at which two traces of a model disagree")
     p.add_argument("trace_a", help="trace file (cvmvm run --trace)")

@@ -9,14 +9,16 @@ whose it must be.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from isa.errors import MalformedError
+from isa.errors import MalformedError, UsageError
 from serializer.records.receipt import PUBLIC_KEY_SIZE, Receipt, Signer
+from cvmvm import files
 from cvmvm.vm.api import Model, Result
 
 # The fields a re-execution recomputes, in report order; "signature" and
@@ -69,9 +71,11 @@ def load_private_key(data: bytes, what: str) -> Ed25519PrivateKey:
 
 
 def load_public_key(data: bytes, what: str) -> bytes:
-    """A raw Ed25519 public key from PEM (public, or private to derive it) or the raw 32 bytes."""
+    """A raw Ed25519 public key from PEM or the raw 32 bytes.  A private key is refused: a
+    signer is named by its public key, and a private key has no business on a verifier."""
     if data.lstrip().startswith(b"-----BEGIN") and b"PRIVATE KEY" in data:
-        return load_private_key(data, what).public_key().public_bytes_raw()
+        raise UsageError("argument", f"{what} is a private key; give the signer's public key instead "
+                                     f"({what}.pub, if cvmvm keygen wrote it)")
     if data.lstrip().startswith(b"-----BEGIN"):
         try:
             key = serialization.load_pem_public_key(data)
@@ -83,6 +87,23 @@ def load_public_key(data: bytes, what: str) -> bytes:
     if len(data) != PUBLIC_KEY_SIZE:
         raise MalformedError("key", f"{what}: {len(data)} bytes; expected PEM or a raw 32-byte Ed25519 key")
     return data
+
+
+def keygen(path: Path) -> bytes:
+    """Write a new Ed25519 key pair: ``path`` (PKCS#8 PEM, readable by its owner only) and
+    ``path.pub`` (SubjectPublicKeyInfo PEM); never over an existing file.  Returns the raw public key."""
+    key = Ed25519PrivateKey.generate()
+    public = path.with_name(path.name + ".pub")
+    for p in (path, public):
+        if p.exists():
+            raise UsageError("argument", f"{p} exists; keygen never overwrites a key")
+    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    files.write_atomic(path, private_pem, mode=0o600)
+    files.write_atomic(public, public_pem)
+    return key.public_key().public_bytes_raw()
 
 
 # -- comparing a claim with a re-execution --------------------------------------

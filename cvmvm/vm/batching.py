@@ -224,22 +224,31 @@ class Batch:
     def run(self, feeds: Sequence[Sequence[np.ndarray]], outputs: bool = False) -> list[TracedRun | CvmError]:
         """Each run's commitments (with its outputs when ``outputs``), or the error that stopped it;
         ``feeds`` are prepared inputs (``prepare_feeds``) in the model's input order, one list per run."""
-        start = 0
+        if not feeds:
+            return []
+        return self.run_rows([np.concatenate([f[k] for f in feeds]) for k in range(len(feeds[0]))], len(feeds),
+                             outputs)
+
+    def run_rows(self, columns: Sequence[np.ndarray], count: int, outputs: bool = False) -> list[TracedRun | CvmError]:
+        """``run`` of ``count`` runs given as columns: per input, every run's prepared value
+        stacked along axis 0 (run i owns rows [i*r, (i+1)*r) of an input with r rows)."""
+        rows = [t.type.shape[0] for t in self.model.program.model.inputs]
         results: list[TracedRun | CvmError] = []
-        while start < len(feeds):
-            part = feeds[start:start + self.limit]
-            start += len(part)
-            if self.plan is not None and len(part) > 1:
-                if len(part) not in self._stacked:
-                    self._stacked[len(part)] = stacked_program(self.model.program, self.plan, len(part))
-                big = self._stacked[len(part)]
+        for start in range(0, count, self.limit):
+            n = min(self.limit, count - start)
+            part = [c[start * r:(start + n) * r] for c, r in zip(columns, rows)]
+            if self.plan is not None and n > 1:
+                if n not in self._stacked:
+                    self._stacked[n] = stacked_program(self.model.program, self.plan, n)
+                big = self._stacked[n]
                 if big is not None:
                     try:
-                        results += _run_stacked(self.model, self.plan, big, part, outputs)
+                        results += _run_stacked(self.model, self.plan, big, part, n, outputs)
                         continue
                     except CvmError:
                         pass  # rerun one at a time below, so each item gets its own error
-            results += [_run_one(self.model, f, outputs) for f in part]
+            results += [_run_one(self.model, [c[i * r:(i + 1) * r] for c, r in zip(part, rows)], outputs)
+                        for i in range(n)]
         return results
 
 
@@ -262,12 +271,10 @@ def _rows(value: np.ndarray, stacked: bool, count: int) -> list[np.ndarray]:
     return np.split(value, count) if stacked else [value] * count
 
 
-def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program,
-                 feeds: Sequence[Sequence[np.ndarray]], outputs: bool) -> list[TracedRun]:
+def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program, columns: Sequence[np.ndarray],
+                 count: int, outputs: bool) -> list[TracedRun]:
     program = model.program
-    count = len(feeds)
-    names = [i.name for i in program.model.inputs]
-    stacked_inputs = {n: np.concatenate([f[k] for f in feeds]) for k, n in enumerate(names)}
+    stacked_inputs = {i.name: c for i, c in zip(program.model.inputs, columns)}
     layout = trace_layout(program)
     # By tensor id: one digest and leaf per item (stacked), or one shared by every item (a constant).
     digests: list[Any] = [None] * len(program.types)

@@ -1,87 +1,318 @@
-"""The transaction file: a list of transactions, each a model hash, its inputs and a claimed
-receipt (docs/FORMAT.md section 7); strict and canonical, like a native model."""
+"""The transaction file (docs/FORMAT.md section 7): a stream of transactions, each a model
+hash, its inputs and a claimed receipt.
+
+Version 2 is read record by record: a 12-byte header, then one frame per
+transaction (a u32le length and that many bytes of one canonical msgpack
+map), then an end frame (length 0) with the count.  A reader never holds
+more than one record, every record is bounded before it is read, and a
+record that does not decode is that transaction's fault alone: the frames
+around it still delimit the others.  Version 1 (one msgpack map holding every
+transaction) is only read by ``decode_v1``, for ``cvmvm tx convert``.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import struct
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple
 
+import msgpack
 import numpy as np
 
+from isa.errors import CvmError, LimitError, MalformedError
+from isa.types import DTYPES, check_shape, shape_size
 from serializer import strict
 from serializer.hashing import HASH_SIZE
 from serializer.records import receipt
-from serializer.records.receipt import Receipt, receipt_from_state, receipt_state
+from serializer.records.receipt import Receipt
 from serializer.strict import Reader, pack, tensor_to_wire
 
 TXS_FORMAT = "cvmvm-txs"
-TXS_VERSION = 1
-TOP_KEYS = ("format", "version", "txs")
+TXS_VERSION = 2
+MAGIC = b"cvmvmtx\x00"
+HEADER = MAGIC + struct.pack("<I", TXS_VERSION)
+HEADER_SIZE = len(HEADER)
+END_SIZE = 4 + 8                 # the end frame: u32le 0, u64le count
+MAX_RECORD_BYTES = 1 << 26       # one transaction's record
+MAX_TX_INPUTS = 64               # inputs of one transaction (a model has at most as many)
+
 TX_KEYS = ("model", "inputs", "receipt")
 TX_INPUT_KEYS = ("name", "dtype", "shape", "data")
+# Every canonical record starts with these bytes: a 3-entry map, "model", a 32-byte bin.
+MODEL_PREFIX = b"\x83\xa5model\xc4\x20"
+_MODEL_AT = len(MODEL_PREFIX)
 
-MAX_TXS_BYTES = 1 << 32
+# Version 1: one map {"format", "version": 1, "txs": [tx, ...]}, read whole (convert only).
+V1_KEYS = ("format", "version", "txs")
+V1_PREFIX = b"\x83\xa6format\xa9cvm"  # its first 12 bytes
+MAX_V1_BYTES = 1 << 32
 
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 _READER = Reader("txs")
 
-# Transactions cross process boundaries (replay's workers) as plain tuples and
-# bytes, which pickle several times faster than arrays and nested dataclasses.
 
-def _transaction(model_hash: bytes, inputs: tuple[tuple[str, str, tuple[int, ...], bytes], ...],
-                 claimed: tuple[Any, ...]) -> Transaction:
-    return Transaction(model_hash, tuple((n, np.frombuffer(data, dtype=np.dtype(dt)).reshape(shape))
-                                         for n, dt, shape, data in inputs), receipt_from_state(claimed))
+# -- the record ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TxInput:
+    """One input as the transaction carries it: its bytes are the little-endian values."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+    def array(self) -> np.ndarray:
+        value = np.frombuffer(self.data, dtype=DTYPES[self.dtype].newbyteorder("<")).reshape(self.shape)
+        return value.astype(DTYPES[self.dtype], copy=False)
 
 
 @dataclass(frozen=True)
 class Transaction:
     model_hash: bytes
-    inputs: tuple[tuple[str, np.ndarray], ...]  # (name, value) as the transaction gives them
+    inputs: tuple[tuple[str, np.ndarray], ...]  # (name, value), in the model's input order
     receipt: Receipt                            # what the executing node claims
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_transaction, (self.model_hash, tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in self.inputs),
-                               receipt_state(self.receipt)))
+
+def _input_wire(name: str, value: np.ndarray) -> dict[str, Any]:
+    return {"name": name, **tensor_to_wire(value)}
 
 
-def _tx_wire(tx: Transaction) -> dict[str, Any]:
-    return {"model": tx.model_hash,
-            "inputs": [{"name": name, **tensor_to_wire(value)} for name, value in tx.inputs],
-            "receipt": receipt.to_wire(tx.receipt)}
+def encode_tx(tx: Transaction) -> bytes:
+    """One transaction's record (the bytes of its frame)."""
+    return pack({"model": tx.model_hash, "inputs": [_input_wire(n, v) for n, v in tx.inputs],
+                 "receipt": receipt.to_wire(tx.receipt)})
 
 
-def _txs_wire(txs: Iterable[Transaction]) -> dict[str, Any]:
-    return {"format": TXS_FORMAT, "version": TXS_VERSION, "txs": [_tx_wire(tx) for tx in txs]}
+def record_model(body: bytes) -> bytes | None:
+    """The model hash a record names, read from its fixed prefix; None when the record
+    cannot be canonical (it then fails to decode with the reason)."""
+    if body[:_MODEL_AT] != MODEL_PREFIX or len(body) < _MODEL_AT + HASH_SIZE:
+        return None
+    return body[_MODEL_AT:_MODEL_AT + HASH_SIZE]
+
+
+def _fail(message: str) -> MalformedError:
+    return MalformedError("txs", message)
+
+
+def _input_from_wire(e: Any, k: int) -> TxInput:
+    if type(e) is not dict or tuple(e) != TX_INPUT_KEYS:
+        raise _fail(f"inputs[{k}]: expected a map with keys {list(TX_INPUT_KEYS)} in that order")
+    name, dtype, shape, data = e["name"], e["dtype"], e["shape"], e["data"]
+    if type(name) is not str or type(dtype) is not str or type(data) is not bytes:
+        raise _fail(f"inputs[{k}]: name and dtype must be str, data bin")
+    if dtype not in DTYPES:
+        raise _fail(f"inputs[{k}].dtype: {dtype!r} is not one of {list(DTYPES)}")
+    if type(shape) is not list or not all(type(d) is int for d in shape):
+        raise _fail(f"inputs[{k}].shape: expected an array of integers")
+    shape = tuple(shape)
+    try:
+        check_shape(shape, f"inputs[{k}].shape")
+    except LimitError as e:
+        if e.reason != "dim":
+            raise
+        raise _fail(e.message) from None
+    size = shape_size(shape) * DTYPES[dtype].itemsize
+    if len(data) != size:
+        raise _fail(f"inputs[{k}].data: {len(data)} bytes, expected {size}")
+    return TxInput(name, dtype, shape, data)
+
+
+def decode_tx(body: bytes) -> tuple[bytes, tuple[TxInput, ...], Receipt]:
+    """A record -> (model hash, inputs as carried, claimed receipt); strict and canonical.
+
+    The record is bounded by its frame, and msgpack's own limits are set so tight
+    (a transaction has a few short arrays and small maps) that nothing it
+    preallocates can exceed a small multiple of the record's size.
+    """
+    try:
+        top = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=True,
+                              object_pairs_hook=_no_duplicates, ext_hook=_no_ext, max_str_len=strict.MAX_NAME,
+                              max_bin_len=len(body), max_array_len=MAX_TX_INPUTS, max_map_len=16, max_ext_len=0)
+    except CvmError:
+        raise
+    except (ValueError, msgpack.UnpackException, TypeError) as e:
+        raise _fail(f"not valid msgpack: {type(e).__name__} {e}") from None
+    if type(top) is not dict or tuple(top) != TX_KEYS:
+        raise _fail(f"expected a map with keys {list(TX_KEYS)} in that order")
+    model, raw_inputs = top["model"], top["inputs"]
+    if type(model) is not bytes or len(model) != HASH_SIZE:
+        raise _fail(f"model: expected bin({HASH_SIZE})")
+    if type(raw_inputs) is not list:
+        raise _fail("inputs: expected an array")
+    inputs = tuple(_input_from_wire(e, k) for k, e in enumerate(raw_inputs))
+    if len({i.name for i in inputs}) != len(inputs):
+        raise _fail(f"input names {[i.name for i in inputs]} are not unique")
+    claimed = receipt.from_wire(top["receipt"], _READER)
+    # Every field was type-checked above, so re-packing what was unpacked gives the
+    # canonical bytes exactly when the record is canonical.
+    if pack(top) != body:
+        raise MalformedError("noncanonical", "the record decodes, but is not the canonical encoding")
+    return model, inputs, claimed
+
+
+def _no_duplicates(items: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    d = dict(items)
+    if len(d) != len(items):
+        raise _fail(f"duplicate key in map {[k for k, _ in items]}")
+    return d
+
+
+def _no_ext(code: int, payload: bytes) -> Any:
+    raise _fail(f"msgpack extension type {code} is not allowed")
+
+
+def transaction(body: bytes) -> Transaction:
+    """A record -> a Transaction with numpy inputs (for tools and tests; replay reads TxInput)."""
+    model, inputs, claimed = decode_tx(body)
+    return Transaction(model, tuple((i.name, i.array()) for i in inputs), claimed)
+
+
+def tx_id(body: bytes) -> bytes:
+    """A transaction's id: the SHA-256 of its record."""
+    return hashlib.sha256(body).digest()
+
+
+# -- the stream ----------------------------------------------------------------------
+
+def frame(body: bytes) -> bytes:
+    if not 0 < len(body) <= MAX_RECORD_BYTES:
+        raise LimitError("bytes", f"a transaction record of {len(body)} bytes is not in [1, {MAX_RECORD_BYTES}]")
+    return _U32.pack(len(body)) + body
+
+
+def end_frame(count: int) -> bytes:
+    return _U32.pack(0) + _U64.pack(count)
 
 
 def encode_txs(txs: Iterable[Transaction]) -> bytes:
-    return pack(_txs_wire(txs))
+    """A whole version-2 file in memory (tests and small files; TxWriter streams)."""
+    parts = [HEADER]
+    for tx in txs:
+        parts.append(frame(encode_tx(tx)))
+    parts.append(end_frame(len(parts) - 1))
+    return b"".join(parts)
 
 
-def _tx_from_wire(e: Any, where: str) -> Transaction:
-    rd = _READER
-    e = rd.map(e, TX_KEYS, where)
-    inputs = []
-    names: set[str] = set()
-    for k, i in enumerate(rd.list(e["inputs"], f"{where}.inputs")):
-        w = f"{where}.inputs[{k}]"
-        i = rd.map(i, TX_INPUT_KEYS, w)
-        name = rd.str(i["name"], f"{w}.name")
-        if name in names:
-            raise rd.fail(f"{w}: input {name!r} given twice")
-        names.add(name)
-        inputs.append((name, rd.tensor(i, w)))
-    return Transaction(rd.bin(e["model"], f"{where}.model", HASH_SIZE), tuple(inputs),
-                       receipt.from_wire(e["receipt"], rd))
+class TxWriter:
+    """Writes a version-2 file to a binary stream: header, frames, end frame on close."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.count = 0
+        out.write(HEADER)
+
+    def add_record(self, body: bytes) -> None:
+        self.out.write(frame(body))
+        self.count += 1
+
+    def add(self, tx: Transaction) -> None:
+        self.add_record(encode_tx(tx))
+
+    def close(self) -> None:
+        self.out.write(end_frame(self.count))
 
 
-def _txs_from_wire(top: Any) -> list[Transaction]:
-    top = _READER.map(top, TOP_KEYS, "txs file")
-    _READER.const(top["format"], TXS_FORMAT, "format")
-    _READER.const(top["version"], TXS_VERSION, "version")
-    return [_tx_from_wire(e, f"txs[{k}]") for k, e in enumerate(_READER.list(top["txs"], "txs"))]
+class Record(NamedTuple):
+    index: int     # position in the file, from 0
+    offset: int    # byte offset of its frame
+    body: bytes
+
+
+def check_header(head: bytes, what: str) -> None:
+    """The first bytes of a file: a version-2 header, else an error naming what the file is."""
+    if head[:len(MAGIC)] == MAGIC and len(head) >= HEADER_SIZE:
+        (version,) = _U32.unpack_from(head, len(MAGIC))
+        if version != TXS_VERSION:
+            raise MalformedError("txs_version", f"{what}: transaction file version {version}; this cvmvm "
+                                                f"reads version {TXS_VERSION}")
+        return
+    if head.startswith(V1_PREFIX[:len(head)]) and head:
+        raise MalformedError("txs_version", f"{what}: a version 1 transaction file (one msgpack map); convert "
+                                            f"it to version {TXS_VERSION} with `cvmvm tx convert OLD NEW`")
+    raise MalformedError("txs", f"{what}: not a cvmvm transaction file (no {MAGIC[:7].decode()} header)")
+
+
+def iter_records(f: BinaryIO, what: str) -> Iterator[Record]:
+    """Each record of a version-2 stream, checking the framing as it goes.
+
+    The header is checked at once.  A fault in the framing (a length past its
+    bound, a file that ends inside a frame or before its end frame, a wrong
+    count, bytes after the end) raises ``malformed.txs`` naming the byte offset,
+    after every record before it was yielded: the frames after it are not
+    known, so it cannot be skipped.
+    """
+    check_header(f.read(HEADER_SIZE), what)
+    return _frames(f, what)
+
+
+def _frames(f: BinaryIO, what: str) -> Iterator[Record]:
+    offset = HEADER_SIZE
+    index = 0
+    while True:
+        prefix = f.read(4)
+        if len(prefix) < 4:
+            raise _fail(f"{what}: truncated at byte {offset + len(prefix)}: the file ends after {index} "
+                        f"transactions, before its end frame")
+        (n,) = _U32.unpack(prefix)
+        if n == 0:
+            tail = f.read(9)
+            if len(tail) < 8:
+                raise _fail(f"{what}: truncated at byte {offset + 4 + len(tail)}, inside the end frame")
+            (count,) = _U64.unpack_from(tail)
+            if count != index:
+                raise _fail(f"{what}: the end frame at byte {offset} counts {count} transactions; "
+                            f"the file holds {index}")
+            if len(tail) > 8:
+                raise _fail(f"{what}: bytes after the end frame, from byte {offset + END_SIZE}")
+            return
+        if n > MAX_RECORD_BYTES:
+            raise _fail(f"{what}: transaction {index} at byte {offset}: a record of {n} bytes exceeds "
+                        f"{MAX_RECORD_BYTES}")
+        body = f.read(n)
+        if len(body) < n:
+            raise _fail(f"{what}: truncated at byte {offset + 4 + len(body)}, inside transaction {index} "
+                        f"(its record of {n} bytes starts at byte {offset})")
+        yield Record(index, offset, body)
+        offset += 4 + n
+        index += 1
 
 
 def decode_txs(data: bytes) -> list[Transaction]:
-    """A transaction file -> its transactions; strict and canonical, like a native model."""
-    return strict.decode(data, _READER, MAX_TXS_BYTES, "transaction file", _txs_from_wire, _txs_wire)
+    """A whole version-2 file in memory -> its transactions; any fault rejects the file."""
+    out = []
+    for r in iter_records(io.BytesIO(data), "transaction file"):
+        try:
+            out.append(transaction(r.body))
+        except CvmError as e:
+            raise type(e)(e.reason, f"transaction {r.index} at byte {r.offset}: {e.message}") from None
+    return out
+
+
+# -- version 1 (cvmvm tx convert) -------------------------------------------------------
+
+def _v1_from_wire(top: Any) -> list[bytes]:
+    top = _READER.map(top, V1_KEYS, "txs file")
+    _READER.const(top["format"], TXS_FORMAT, "format")
+    _READER.const(top["version"], 1, "version")
+    return [pack(e) for e in _READER.list(top["txs"], "txs")]
+
+
+def decode_v1(data: bytes) -> list[bytes]:
+    """A version-1 file -> its transactions as version-2 records (each checked by decode_tx)."""
+    if len(data) > MAX_V1_BYTES:
+        raise LimitError("bytes", f"a version 1 transaction file of {len(data)} bytes exceeds {MAX_V1_BYTES}")
+    top = strict.unpack(bytes(data), _READER)
+    bodies = _v1_from_wire(top)
+    for k, body in enumerate(bodies):
+        try:
+            decode_tx(body)
+        except CvmError as e:
+            raise type(e)(e.reason, f"txs[{k}]: {e.message}") from None
+    if pack(top) != bytes(data):
+        raise MalformedError("noncanonical", "the version 1 file decodes, but is not canonical")
+    return bodies

@@ -1,0 +1,244 @@
+"""Replay results: one JSON line per transaction, the results file, resume, and the report.
+
+The line format (docs/FORMAT.md section 7) is what ``--output`` streams and
+``--json`` lists; a results file is a header line, then one line per
+transaction in transaction order, each written whole.  ``Report`` counts
+outcomes as they arrive and renders the summary; errors that are a model's,
+not a transaction's (a model not in the store), are reported once per model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from isa.errors import CvmError, InputError, MalformedError
+from cvmvm.tx.replay import ERROR, MISMATCH, OK, Outcome
+
+RESULTS_FORMAT = "cvmvm-replay-results"
+RESULTS_VERSION = 1
+MAX_LINE = 1 << 16          # a results line is far shorter; a longer one is not ours
+MODEL_ERROR_INDICES = 5     # transactions named per model-level error in the text report
+
+
+# -- one line per transaction -----------------------------------------------------------
+
+def outcome_json(o: Outcome) -> dict[str, Any]:
+    row: dict[str, Any] = {"index": o.index, "offset": o.offset, "tx": o.tx.hex(), "status": o.status}
+    if o.status == MISMATCH:
+        row["fields"] = list(o.fields)
+    if o.status == ERROR:
+        row.update(error=o.error, message=o.message)
+    if o.model is not None:
+        row["model"] = o.model.hex()
+    if o.output_hash is not None:
+        row.update(output_hash=o.output_hash.hex(), trace_root=o.trace_root.hex(), ops=o.ops)  # type: ignore[union-attr]
+    return row
+
+
+def outcome_line(o: Outcome) -> str:
+    """The outcome as one line of JSON (keys sorted, no newline)."""
+    if o.status == OK:  # the common case, formatted directly: same text as json.dumps(..., sort_keys=True)
+        return (f'{{"index": {o.index}, "offset": {o.offset}, "ops": {o.ops}, '
+                f'"output_hash": "{o.output_hash.hex()}", "status": "ok", '  # type: ignore[union-attr]
+                f'"trace_root": "{o.trace_root.hex()}", "tx": "{o.tx.hex()}"}}')  # type: ignore[union-attr]
+    return json.dumps(outcome_json(o), sort_keys=True)
+
+
+def _bad(message: str) -> MalformedError:
+    return MalformedError("results", message)
+
+
+def _hexbytes(row: dict[str, Any], key: str, size: int = 32) -> bytes:
+    value = row[key]
+    try:
+        got = bytes.fromhex(value) if type(value) is str else b""
+    except ValueError:
+        got = b""
+    if len(got) != size:
+        raise _bad(f"{key}: expected {2 * size} hex digits")
+    return got
+
+
+def outcome_from_line(line: bytes) -> Outcome:
+    """A results line -> its Outcome; anything but a line this module writes is refused."""
+    try:
+        row = json.loads(line)
+    except ValueError as e:
+        raise _bad(f"not JSON: {e}") from None
+    if type(row) is not dict or type(row.get("index")) is not int or type(row.get("offset")) is not int:
+        raise _bad("expected an object with an integer index and offset")
+    status = row.get("status")
+    if status not in (OK, MISMATCH, ERROR):
+        raise _bad(f"status {status!r} is not ok, mismatch or error")
+    o = Outcome(row["index"], row["offset"], _hexbytes(row, "tx"), status,
+                tuple(row["fields"]) if status == MISMATCH and type(row.get("fields")) is list else (),
+                row.get("error") if status == ERROR else None, row.get("message", "") if status == ERROR else "",
+                _hexbytes(row, "output_hash") if "output_hash" in row else None,
+                _hexbytes(row, "trace_root") if "trace_root" in row else None,
+                row.get("ops"), _hexbytes(row, "model") if "model" in row else None)
+    if outcome_line(o).encode() != line.rstrip(b"\n"):
+        raise _bad("the line is not one this cvmvm writes")
+    return o
+
+
+# -- the results file --------------------------------------------------------------------
+
+def _header(signer: bytes | None) -> bytes:
+    return (json.dumps({"format": RESULTS_FORMAT, "version": RESULTS_VERSION,
+                        "signer": None if signer is None else signer.hex()}, sort_keys=True) + "\n").encode()
+
+
+class ResultsFile:
+    """Appends whole lines: each burst of outcomes in one write, so an interrupted
+    run leaves complete lines only (a last line without its newline, possible only if
+    the machine itself fails mid-write, is dropped by ``resume``)."""
+
+    def __init__(self, path: Path, fd: int, done: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.done = done  # transactions already in the file
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], signer: bytes | None) -> ResultsFile:
+        p = Path(path)
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
+        except FileExistsError:
+            raise InputError("argument", f"--output {p}: the file exists; continue it with --resume, "
+                                         f"or give a new name") from None
+        except OSError as e:
+            raise InputError("file", f"--output {p}: {e.strerror or e}") from None
+        out = cls(p, fd, 0)
+        out._write(_header(signer))
+        return out
+
+    def write(self, outcomes: list[Outcome]) -> None:
+        fresh = [o for o in outcomes if o.index >= self.done]
+        if fresh:
+            self._write("".join(outcome_line(o) + "\n" for o in fresh).encode())
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def close(self) -> None:
+        os.fsync(self.fd)
+        os.close(self.fd)
+
+
+def resume(path: str | os.PathLike[str], signer: bytes | None) -> tuple[ResultsFile, Iterator[Outcome]]:
+    """Open a results file to continue it: its outcomes so far (read lazily, in order) and the
+    file, positioned after its last whole line."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDWR | os.O_APPEND)
+    except OSError as e:
+        raise InputError("file", f"--output {p} (--resume): {e.strerror or e}") from None
+    with os.fdopen(os.dup(fd), "rb") as f:
+        head = f.readline(MAX_LINE)
+        if head != _header(signer):
+            os.close(fd)
+            if head.startswith(b'{"format": "' + RESULTS_FORMAT.encode()):
+                raise InputError("argument", f"--resume {p}: the results were made with another --signer")
+            raise _bad(f"{p}: not a cvmvm replay results file")
+        count, end = 0, len(head)
+        while True:
+            line = f.readline(MAX_LINE)
+            if not line.endswith(b"\n"):
+                break
+            count += 1
+            end += len(line)
+    os.ftruncate(fd, end)  # drop a last line without its newline, if any
+    return ResultsFile(p, fd, count), _previous(p, len(head), count)
+
+
+def _previous(path: Path, start: int, count: int) -> Iterator[Outcome]:
+    with open(path, "rb") as f:
+        f.seek(start)
+        for index in range(count):
+            o = outcome_from_line(f.readline(MAX_LINE))
+            if o.index != index:
+                raise _bad(f"{path}: line {index + 2} is of transaction {o.index}, expected {index}")
+            yield o
+
+
+# -- the report ---------------------------------------------------------------------------
+
+@dataclass
+class ModelError:
+    code: str
+    message: str
+    count: int = 0
+    indices: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """Counts of every outcome so far, and the errors that are a model's."""
+
+    total: int = 0
+    ok: int = 0
+    mismatch: int = 0
+    error: int = 0
+    by_field: dict[str, int] = field(default_factory=dict)
+    by_error: dict[str, int] = field(default_factory=dict)
+    model_errors: dict[bytes, ModelError] = field(default_factory=dict)
+    file_error: CvmError | None = None
+
+    def add(self, o: Outcome) -> None:
+        self.total += 1
+        if o.status == OK:
+            self.ok += 1
+            return
+        if o.status == MISMATCH:
+            self.mismatch += 1
+            for f in o.fields:
+                self.by_field[f] = self.by_field.get(f, 0) + 1
+            return
+        self.error += 1
+        self.by_error[o.error] = self.by_error.get(o.error, 0) + 1  # type: ignore[index]
+        if o.model is not None:
+            m = self.model_errors.setdefault(o.model, ModelError(o.error, o.message))  # type: ignore[arg-type]
+            m.count += 1
+            if len(m.indices) < MODEL_ERROR_INDICES:
+                m.indices.append(o.index)
+
+    def summary(self) -> dict[str, Any]:
+        s: dict[str, Any] = {
+            "total": self.total, "ok": self.ok, "mismatch": self.mismatch, "error": self.error,
+            "mismatched_fields": dict(sorted(self.by_field.items())), "errors": dict(sorted(self.by_error.items())),
+            "model_errors": [{"model": h.hex(), "error": m.code, "message": m.message, "transactions": m.count}
+                             for h, m in sorted(self.model_errors.items())]}
+        if self.file_error is not None:
+            s["file_error"] = {"error": self.file_error.code, "message": self.file_error.message}
+        return s
+
+    def lines(self) -> Iterator[str]:
+        """The model-level errors, then the counts by kind."""
+        for h, m in sorted(self.model_errors.items()):
+            more = ", ..." if m.count > len(m.indices) else ""
+            yield (f"model {h.hex()}: error {m.code}: {m.message} ({m.count} transactions: "
+                   f"tx {', '.join(map(str, m.indices))}{more})")
+        yield f"{self.total} transactions: {self.ok} ok, {self.mismatch} mismatch, {self.error} error"
+        for kind, counts in (("mismatched", self.by_field), ("errors", self.by_error)):
+            if counts:
+                yield f"  {kind}: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+
+
+def describe(o: Outcome) -> str:
+    if o.status == OK:
+        return f"tx {o.index}: ok"
+    if o.status == MISMATCH:
+        return f"tx {o.index}: mismatch {','.join(o.fields)}"
+    return f"tx {o.index}: error {o.error}: {o.message}"
+
+
+def shown(o: Outcome, every: bool) -> bool:
+    """Whether the text report gives the transaction its own line (a model's error is given once)."""
+    return every or (o.status != OK and o.model is None)
+

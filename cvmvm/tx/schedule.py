@@ -1,0 +1,400 @@
+"""Scheduling a replay: read the transaction file record by record, group records of
+one model into chunks, run the chunks (in this process, in worker processes or on
+Ray), and give the outcomes back in transaction order, as they complete.
+
+Memory is bounded whatever the file's length: a chunk closes at the batch size;
+a chunk still open when the reader is ``window`` records past its first record
+is sent as it is (so a rare model does not hold back the in-order stream); at
+most about two chunks per worker (per CPU on Ray) are in flight; the reading
+waits for them.  Completed outcomes wait only for earlier ones still in
+flight.  A model is fetched once: a model that is not in the store, or does
+not load, is the error of each of its transactions without a second try.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import multiprocessing
+import os
+import queue
+import signal
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from isa.errors import CvmError, InputError, InternalError, MalformedError, UsageError
+from serializer.records import transactions
+from serializer.records.transactions import Record
+from cvmvm.vm.api import Model, load
+from cvmvm.tx.replay import DEFAULT_BATCH, Item, Outcome, Replayer, failed
+from cvmvm.tx.store import Store
+
+CHUNK_BYTES = 1 << 25   # record bytes in one chunk, whatever the batch size
+READ_BUFFER = 1 << 20
+
+
+@dataclass(frozen=True)
+class Options:
+    workers: int = 1                  # 1: this process; more: worker processes
+    ray: str | None = None            # None: no Ray; "": RAY_ADDRESS's cluster, else a new local one; else an address
+    batch_size: int = DEFAULT_BATCH   # most transactions in one batched run
+    signer: bytes | None = None       # every receipt must be signed by this key
+
+
+# -- executors: run chunks, give back completed ones ----------------------------------
+
+class Local:
+    """Runs each chunk at once, in this process."""
+
+    parallel = 1
+
+    def __init__(self, store: Store, opts: Options) -> None:
+        self.replayer = Replayer(store.get, opts.batch_size, opts.signer)
+        self.done: list[list[Outcome]] = []
+
+    @property
+    def inflight(self) -> int:
+        return len(self.done)
+
+    def submit(self, model: bytes, items: list[Item]) -> None:
+        self.done.append(self.replayer.run(model, items))
+
+    def collect(self, block: bool) -> list[list[Outcome]]:
+        done, self.done = self.done, []
+        return done
+
+    def close(self) -> None:
+        pass
+
+    abort = close
+
+
+# Worker processes keep one Replayer (and with it every model they loaded).
+_worker: Replayer | None = None
+
+
+def _worker_init(store_root: str, batch_size: int, signer: bytes | None) -> None:
+    global _worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it ends the pool
+    _worker = Replayer(Store(store_root).get, batch_size, signer)
+
+
+def _worker_chunk(model: bytes, items: list[Item]) -> list[Outcome]:
+    assert _worker is not None
+    return _worker.run(model, items)
+
+
+class Pool:
+    """Worker processes (forkserver: nothing of the driver's state is inherited)."""
+
+    def __init__(self, store: Store, opts: Options) -> None:
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        self.parallel = opts.workers
+        self.pool = context.Pool(opts.workers, _worker_init, (str(store.root), opts.batch_size, opts.signer))
+        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.inflight = 0
+
+    def submit(self, model: bytes, items: list[Item]) -> None:
+        self.inflight += 1
+        self.pool.apply_async(_worker_chunk, (model, items), callback=self.results.put,
+                              error_callback=self.results.put)
+
+    def collect(self, block: bool) -> list[list[Outcome]]:
+        done = []
+        while self.inflight and (block or not self.results.empty()):
+            got = self.results.get()
+            self.inflight -= 1
+            if isinstance(got, BaseException):
+                raise got
+            done.append(got)
+            block = False
+        return done
+
+    def close(self) -> None:
+        self.pool.close()
+        self.pool.join()
+
+    def abort(self) -> None:
+        self.pool.terminate()
+        self.pool.join()
+
+
+# Ray workers get models as bytes through the object store, re-hashed before use.
+_ray_replayers: dict[tuple[int, bytes | None], Replayer] = {}
+_ray_models: dict[bytes, bytes] = {}
+
+
+def _ray_fetch(model_hash: bytes) -> Model:
+    data = _ray_models.pop(model_hash)
+    got = hashlib.sha256(data).digest()
+    if got != model_hash:
+        raise MalformedError("store_hash", f"model bytes hash to {got.hex()}, not {model_hash.hex()}")
+    return load(data)
+
+
+def _ray_chunk(model_bytes: bytes, model: bytes, items: list[Item], batch_size: int,
+               signer: bytes | None) -> list[Outcome]:
+    key = (batch_size, signer)
+    if key not in _ray_replayers:
+        _ray_replayers[key] = Replayer(_ray_fetch, batch_size, signer)
+    replayer = _ray_replayers[key]
+    if not replayer.loaded(model):
+        _ray_models[model] = bytes(model_bytes)
+    return replayer.run(model, items)
+
+
+def ray_missing() -> CvmError:
+    return UsageError("ray", "--ray needs Ray: install the extra with `pip install 'cvmvm[ray]'`")
+
+
+class Ray:
+    """Tasks on a Ray cluster: each model put once in the object store (so it reaches each
+    node once), at most two tasks per CPU in flight, completed tasks taken with ray.wait.
+    A task lost with its node is retried by Ray on another node."""
+
+    def __init__(self, store: Store, opts: Options) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ray_missing() from None
+        self.ray = ray
+        self.started = not ray.is_initialized()
+        if self.started:
+            try:
+                # Never an unnamed cluster that merely runs on this machine: the one asked for, else a new one.
+                ray.init(address=opts.ray or os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
+                         logging_level="ERROR", log_to_driver=False)
+            except BaseException:
+                ray.shutdown()
+                raise
+        self.parallel = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.store = store
+        self.opts = opts
+        self.remote = ray.remote(max_retries=5, retry_exceptions=False)(_ray_chunk)
+        self.models: dict[bytes, Any] = {}
+        self.futures: list[Any] = []
+        self.failed: list[list[Outcome]] = []
+
+    @property
+    def inflight(self) -> int:
+        return len(self.futures) + len(self.failed)
+
+    def submit(self, model: bytes, items: list[Item]) -> None:
+        if model not in self.models:
+            try:
+                self.models[model] = self.ray.put(self.store.read(model))
+            except CvmError as e:
+                self.models[model] = e
+        ref = self.models[model]
+        if isinstance(ref, CvmError):
+            self.failed.append([failed(i, o, hashlib.sha256(b).digest(), ref, model) for i, o, b in items])
+            return
+        self.futures.append(self.remote.remote(ref, model, items, self.opts.batch_size, self.opts.signer))
+
+    def collect(self, block: bool) -> list[list[Outcome]]:
+        done, self.failed = self.failed, []
+        if self.futures:
+            wait = block and not done
+            ready, self.futures = self.ray.wait(self.futures, num_returns=1, timeout=None if wait else 0)
+            if ready and self.futures:
+                more, self.futures = self.ray.wait(self.futures, num_returns=len(self.futures), timeout=0)
+                ready += more
+            done += [self._get(ref) for ref in ready]
+        return done
+
+    def _get(self, ref: Any) -> list[Outcome]:
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayError as e:
+            cause = getattr(e, "cause", None)
+            text = f"{type(cause).__name__}: {cause}" if cause is not None else str(e).splitlines()[0]
+            if isinstance(cause, ImportError) or "ModuleNotFoundError" in str(e):
+                raise UsageError("ray", f"a Ray worker cannot import cvmvm ({text}): install the same "
+                                        f"cvmvm on every node of the cluster") from None
+            raise InternalError("ray", f"a Ray task failed: {text}") from None
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+    def abort(self) -> None:
+        for ref in self.futures:
+            self.ray.cancel(ref, force=True)
+        self.futures = []
+        self.close()
+
+
+def executor(store: Store, opts: Options) -> Local | Pool | Ray:
+    if opts.ray is not None:
+        return Ray(store, opts)
+    if opts.workers > 1:
+        return Pool(store, opts)
+    return Local(store, opts)
+
+
+# -- the stream --------------------------------------------------------------------------
+
+def open_txs(path: str | os.PathLike[str]) -> Any:
+    try:
+        return open(path, "rb", buffering=READ_BUFFER)
+    except OSError as e:
+        raise InputError("file", f"transaction file {path}: {e.strerror or e}") from None
+
+
+def count_hint(path: str | os.PathLike[str]) -> int | None:
+    """The count the end frame states, when the file ends in one (for a progress bar only:
+    the reader checks the real count)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            if size < transactions.HEADER_SIZE + transactions.END_SIZE:
+                return None
+            f.seek(size - transactions.END_SIZE)
+            tail = f.read(transactions.END_SIZE)
+    except OSError:
+        return None
+    if tail[:4] != b"\0\0\0\0":
+        return None
+    count = int.from_bytes(tail[4:], "little")
+    return count if count <= size // 5 else None
+
+
+def check_store(store: Store) -> None:
+    if not store.root.is_dir():
+        raise InputError("file", f"store {store.root} is not a directory")
+
+
+def replay_records(records: Iterable[Record], store: Store, opts: Options = Options(),
+                   previous: Iterator[Outcome] | None = None,
+                   total: int | None = None) -> Iterator[list[Outcome]]:
+    """Replay every record; yield outcomes in transaction order, in bursts as they complete.
+
+    ``previous`` gives the outcomes of a run being resumed, in order: their records are
+    checked to be the same transactions (by id) and not run again.  A fault of the file
+    itself (its framing) is raised after every outcome before it was yielded.
+    """
+    ex = executor(store, opts)
+    try:
+        yield from _drive(records, ex, opts, previous, total)
+    except BaseException:
+        ex.abort()
+        raise
+    ex.close()
+
+
+def _drive(records: Iterable[Record], ex: Local | Pool | Ray, opts: Options,
+           previous: Iterator[Outcome] | None, total: int | None) -> Iterator[list[Outcome]]:
+    chunk = opts.batch_size
+    if total is not None and ex.parallel > 1:
+        chunk = max(1, min(chunk, -(-total // (2 * ex.parallel))))  # keep every worker busy on a short file
+    window = 4 * chunk * ex.parallel
+    limit = 2 * ex.parallel
+    pending: dict[bytes, list[Item]] = {}   # open chunks, oldest first
+    pending_bytes: dict[bytes, int] = {}
+    waiting: dict[int, Outcome] = {}        # completed, not yet yielded
+    next_out = 0
+
+    def send(model: bytes) -> None:
+        items = pending.pop(model)
+        pending_bytes.pop(model)
+        ex.submit(model, items)
+
+    def take(block: bool) -> list[Outcome]:
+        nonlocal next_out
+        for outcomes in ex.collect(block):
+            for o in outcomes:
+                waiting[o.index] = o
+        burst = []
+        while next_out in waiting:
+            burst.append(waiting.pop(next_out))
+            next_out += 1
+        return burst
+
+    faults: list[CvmError] = []
+
+    def framed() -> Iterator[Record]:
+        # A fault of the framing ends the records; it is raised once every outcome before it is out.
+        try:
+            yield from records
+        except CvmError as e:
+            faults.append(e)
+
+    for r in framed():
+        if previous is not None:
+            o = next(previous, None)
+            if o is not None:
+                if o.index != r.index or o.tx != hashlib.sha256(r.body).digest():
+                    raise MalformedError("results", f"the results file's transaction {o.index} is not "
+                                                    f"transaction {r.index} of this transaction file")
+                waiting[r.index] = o
+                continue
+            previous = None
+        model = transactions.record_model(r.body)
+        sent = False
+        if model is None:
+            waiting[r.index] = _undecodable(r)
+            sent = True
+        else:
+            items = pending.setdefault(model, [])
+            items.append((r.index, r.offset, r.body))
+            pending_bytes[model] = pending_bytes.get(model, 0) + len(r.body)
+            if len(items) >= chunk or pending_bytes[model] >= CHUNK_BYTES:
+                send(model)
+                sent = True
+        while pending and next(iter(pending.values()))[0][0] < r.index - window:
+            send(next(iter(pending)))
+            sent = True
+        if sent:  # completions are looked for when a chunk leaves: often enough, and cheap per record
+            while ex.inflight >= limit:
+                burst = take(True)
+                if burst:
+                    yield burst
+            burst = take(False)
+            if burst:
+                yield burst
+    if previous is not None and next(previous, None) is not None:
+        raise MalformedError("results", "the results file lists more transactions than the transaction file holds")
+    for model in list(pending):
+        send(model)
+    while ex.inflight or waiting:
+        burst = take(True)
+        if burst:
+            yield burst
+        elif not ex.inflight:
+            raise InternalError("replay", f"transaction {next_out} was never replayed")
+    if faults:
+        raise faults[0]
+
+
+def _undecodable(r: Record) -> Outcome:
+    try:
+        transactions.decode_tx(r.body)
+    except CvmError as e:
+        return failed(r.index, r.offset, hashlib.sha256(r.body).digest(), e)
+    raise InternalError("replay", f"transaction {r.index} decodes without its canonical prefix")
+
+
+def replay_file(path: str | os.PathLike[str], store: Store, opts: Options = Options(),
+                previous: Iterator[Outcome] | None = None) -> Iterator[list[Outcome]]:
+    """``replay_records`` over a transaction file, read record by record."""
+    check_store(store)
+    f = open_txs(path)
+    with f:
+        yield from replay_records(transactions.iter_records(f, str(path)), store, opts, previous, count_hint(path))
+
+
+def replay(txs: Sequence[transactions.Transaction], store: Store, *, workers: int = 1, use_ray: bool = False,
+           batch_size: int = DEFAULT_BATCH, signer: bytes | None = None,
+           progress: Callable[[int, int], None] | None = None) -> list[Outcome]:
+    """Replay transactions held in memory; one Outcome each, in order (tools and tests)."""
+    data = transactions.encode_txs(txs)
+    opts = Options(workers, "" if use_ray else None, batch_size, signer)
+    out: list[Outcome] = []
+    for burst in replay_records(transactions.iter_records(io.BytesIO(data), "transactions"), store, opts,
+                                total=len(txs)):
+        out += burst
+        if progress is not None:
+            progress(len(out), len(txs))
+    return out
+

@@ -1,0 +1,175 @@
+"""Making transaction files: from real runs (``cvmvm tx add``), from version 1
+(``cvmvm tx convert``), and generated (``cvmvm tx demo N OUT``).
+
+Every file is written to a temporary name and renamed: a reader sees the old
+file or the new one, never a mix.  A transaction carries its inputs as the
+program reads them (the model's dtype, int32 values within precision), so
+``add`` stores the prepared inputs, not the caller's arrays.
+
+``generate`` writes OUT/store/ (a model store holding the model), OUT/txs.cvmtx (the
+transactions), OUT/expected.json (which transactions are bad, how, and what
+replay must report for them) and, when signed, OUT/signer.pub (the raw public
+key every receipt is signed with).
+
+Everything is deterministic: transaction i uses image i mod len(images) with
+one value changed (position and value from SHAKE-256 of i), so nearly every
+run is distinct; the signing key is SHAKE-256 of a label; transaction i is bad
+when i mod 32 == 7, its kind cycling through KINDS.  A bad receipt is
+re-signed after it is altered, so it fails in exactly one field.  The file is
+written as it is generated: memory does not grow with N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from isa.errors import UsageError
+from isa.types import precision_bound
+from serializer.records import transactions
+from serializer.records.receipt import Receipt
+from cvmvm import files
+from cvmvm.vm.api import Model
+from cvmvm.vm.execute import Clipping, prepare_inputs
+from cvmvm.tx import receipt
+from cvmvm.tx.replay import Replayer
+from cvmvm.tx.store import Store
+
+BAD_EVERY, BAD_AT = 32, 7
+KINDS = ("output_hash", "trace_root", "ops", "signature", "unknown_model", "malformed_input")
+UNSIGNED_KINDS = tuple(k for k in KINDS if k != "signature")
+UNKNOWN_MODEL = hashlib.sha256(b"cvmvm/make_txs/unknown model").digest()
+STEP = 4096  # transactions run (and written) at a time
+
+
+def shake(label: str, n: int) -> bytes:
+    return hashlib.shake_256(f"cvmvm/make_txs/{label}".encode()).digest(n)
+
+
+def signing_key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(shake("signing key", 32))
+
+
+def bad_kind(i: int, signed: bool = True) -> str | None:
+    kinds = KINDS if signed else UNSIGNED_KINDS
+    return kinds[(i // BAD_EVERY) % len(kinds)] if i % BAD_EVERY == BAD_AT else None
+
+
+def image(images: np.ndarray, i: int, bound: int) -> np.ndarray:
+    x = np.array(images[i % len(images)], dtype=np.int32)
+    pos, value = shake(f"pixel {i}", 2)
+    x.reshape(-1)[pos % x.size] = value % (bound + 1)
+    return x
+
+
+def _flip(digest: bytes) -> bytes:
+    return bytes([digest[0] ^ 0xFF]) + digest[1:]
+
+
+def _transaction(i: int, x: np.ndarray, r: receipt.Receipt, model_hash: bytes, name: str,
+                 key: Ed25519PrivateKey | None) -> tuple[transactions.Transaction, dict[str, Any] | None]:
+    kind = bad_kind(i, key is not None)
+    tx_model, tx_input, expect = model_hash, x, None
+    if kind in ("output_hash", "trace_root"):
+        r = dataclasses.replace(r, **{kind: _flip(getattr(r, kind))})
+    elif kind == "ops":
+        r = dataclasses.replace(r, ops=r.ops + 1)
+    if key is not None:
+        r = receipt.sign(r, key)
+    if kind == "signature":
+        assert r.signer is not None
+        r = dataclasses.replace(r, signer=dataclasses.replace(r.signer, signature=_flip(r.signer.signature)))
+    if kind in ("output_hash", "trace_root", "ops", "signature"):
+        expect = {"status": "mismatch", "fields": [kind]}
+    elif kind == "unknown_model":
+        tx_model, expect = UNKNOWN_MODEL, {"status": "error", "error": "input.unknown_model"}
+    elif kind == "malformed_input":
+        if (i // BAD_EVERY // len(KINDS)) % 2 == 0:
+            tx_input, expect = x[..., :-1].copy(), {"status": "error", "error": "input.shape"}
+        else:
+            tx_input, expect = x.astype(np.float32), {"status": "error", "error": "input.dtype"}
+    tx = transactions.Transaction(tx_model, ((name, tx_input),), r)
+    return tx, (None if kind is None else {"index": i, "kind": kind, **expect})
+
+
+def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bool = True) -> dict[str, Any]:
+    """Write the store, the transactions, the expectations (and the public key when signed);
+    return the expectations."""
+    out.mkdir(parents=True, exist_ok=True)
+    model_hash = Store(out / "store").add(model)
+    key = signing_key() if signed else None
+    (name, t), = model.inputs.items()
+    bound = precision_bound(t.precision or 8)
+    runner = Replayer(lambda h: model)
+    bad = []
+    with files.atomic_output(out / "txs.cvmtx") as f:
+        writer = transactions.TxWriter(f)
+        for start in range(0, count, STEP):
+            xs = [image(images, i, bound) for i in range(start, min(count, start + STEP))]
+            for i, (x, r) in enumerate(zip(xs, runner.execute(model_hash, [[x] for x in xs])), start):
+                if isinstance(r, Exception):
+                    raise r
+                tx, expect = _transaction(i, x, r, model_hash, name, key)
+                writer.add(tx)
+                if expect is not None:
+                    bad.append(expect)
+        writer.close()
+    if key is not None:
+        files.write_atomic(out / "signer.pub", key.public_key().public_bytes_raw())
+    expected = {"count": count, "model_hash": model_hash.hex(), "signed": signed, "bad": bad}
+    files.write_atomic(out / "expected.json", (json.dumps(expected, indent=1, sort_keys=True) + "\n").encode())
+    return expected
+
+
+# -- tx add, tx convert ----------------------------------------------------------------
+
+def transaction_for(model: Model, inputs: dict[str, np.ndarray], claim: Receipt | None = None
+                    ) -> tuple[transactions.Transaction, Receipt, list[Clipping]]:
+    """A transaction of one real run: the inputs as the program read them, and ``claim`` (default:
+    the run's own unsigned receipt) as its receipt; also the run's receipt and what was clipped."""
+    result = model.run(inputs, trace=True)
+    actual = receipt.make_receipt(model, result)
+    prepared = prepare_inputs(model.program, inputs)
+    names = [i.name for i in model.program.model.inputs]
+    tx = transactions.Transaction(model.model_hash, tuple(zip(names, prepared)), actual if claim is None else claim)
+    return tx, actual, list(result.clipping)
+
+
+def append(path: Path, bodies: list[bytes]) -> int:
+    """Write ``path`` with its transactions (if it exists) followed by ``bodies``; return the count."""
+    old = None
+    if path.exists():
+        old = open(path, "rb", buffering=1 << 20)
+    try:
+        with files.atomic_output(path) as out:
+            writer = transactions.TxWriter(out)
+            if old is not None:
+                for r in transactions.iter_records(old, str(path)):
+                    writer.add_record(r.body)
+            for body in bodies:
+                writer.add_record(body)
+            writer.close()
+            return writer.count
+    finally:
+        if old is not None:
+            old.close()
+
+
+def convert(source: Path, target: Path) -> int:
+    """A version 1 file -> a version 2 file; return the count."""
+    data = files.read_bytes(source, "transaction file", transactions.MAX_V1_BYTES)
+    if data.startswith(transactions.MAGIC):
+        raise UsageError("argument", f"{source} is already a version {transactions.TXS_VERSION} transaction file")
+    bodies = transactions.decode_v1(data)
+    with files.atomic_output(target) as out:
+        writer = transactions.TxWriter(out)
+        for body in bodies:
+            writer.add_record(body)
+        writer.close()
+    return len(bodies)

@@ -1,0 +1,227 @@
+"""`cvmvm replay` as a command: results streamed to a file and resumed (also after kill -9),
+memory that does not grow with the file, Ctrl-C, and command-line mistakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.tx import results
+from tests.test_receipt import KEY, REPO, cli_json
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """3000 unsigned digits transactions, some bad on purpose (tx demo)."""
+    out = tmp_path_factory.mktemp("demo")
+    assert _cli("tx", "demo", "3000", str(out), "--unsigned").returncode == 0
+    return out
+
+
+def _cli(*argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cvmvm", *argv], capture_output=True, text=True, cwd=REPO,
+                          timeout=300, **kw)
+
+
+def _replay(demo: Path, *extra: str) -> list[str]:
+    return ["replay", str(demo / "txs.cvmtx"), "--store", str(demo / "store"), *extra]
+
+
+# -- results file and resume -------------------------------------------------------------------
+
+def test_output_lines_are_the_json_results(demo, tmp_path, capsys):
+    code, info = cli_json(capsys, _replay(demo, "--output", str(tmp_path / "r.jsonl")))
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert json.loads(lines[0]) == {"format": "cvmvm-replay-results", "version": 1, "signer": None}
+    assert [json.loads(line) for line in lines[1:]] == info["results"]
+    assert [r["index"] for r in info["results"]] == list(range(3000))
+    assert all(results.outcome_line(results.outcome_from_line(line.encode())) == line for line in lines[1:])
+    # An existing results file is never overwritten without --resume.
+    code, again = cli_json(capsys, _replay(demo, "--output", str(tmp_path / "r.jsonl")))
+    assert code == EXIT_CODES["input"] and again["error"] == "input.argument"
+
+
+def test_resume_from_any_prefix_gives_the_uninterrupted_report(demo, tmp_path, capsys):
+    from cvmvm.cli.main import main
+
+    full = tmp_path / "full.jsonl"
+    assert main(_replay(demo, "--output", str(full), "--batch", "100")) == 1
+    text = capsys.readouterr().out
+    data = full.read_bytes()
+    header = data.index(b"\n") + 1
+    for cut in (header, header + 1, len(data) // 3, len(data) // 2 + 7, len(data) - 1, len(data)):
+        part = tmp_path / f"part{cut}.jsonl"
+        part.write_bytes(data[:cut])
+        assert main(_replay(demo, "--output", str(part), "--resume", "--batch", "64")) == 1
+        assert capsys.readouterr().out == text, cut
+        assert part.read_bytes() == data, cut
+    code, info = cli_json(capsys, _replay(demo, "--output", str(full), "--resume"))
+    assert code == 1 and info["summary"]["total"] == 3000 and len(info["results"]) == 3000
+
+
+def test_resume_refuses_other_results(demo, tmp_path, capsys):
+    other = tmp_path / "other"
+    assert _cli("tx", "demo", "40", str(other)).returncode == 0    # signed: other transactions than demo's
+    (tmp_path / "pub").write_bytes(KEY.public_key().public_bytes_raw())
+    r = tmp_path / "r.jsonl"
+    cli_json(capsys, ["replay", str(other / "txs.cvmtx"), "--store", str(other / "store"), "--output", str(r)])
+    lines = r.read_bytes().splitlines(keepends=True)
+    r.write_bytes(b"".join(lines[:2] + lines[3:]))    # a line missing in the middle
+    code, info = cli_json(capsys, _replay(other, "--output", str(r), "--resume"))
+    assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"
+    r.write_bytes(b"".join(lines[:10]))
+    code, info = cli_json(capsys, _replay(demo, "--output", str(r), "--resume"))  # another transaction file
+    assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"
+    code, info = cli_json(capsys, _replay(other, "--output", str(r), "--resume", "--signer", str(tmp_path / "pub")))
+    assert code == EXIT_CODES["input"] and info["error"] == "input.argument"
+    r.write_bytes(lines[0] + lines[1].replace(b'"ok"', b'"OK"'))
+    code, info = cli_json(capsys, _replay(other, "--output", str(r), "--resume"))
+    assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"
+
+
+def test_kill_9_loses_only_what_was_in_flight(demo, tmp_path):
+    reference = _cli(*_replay(demo, "--json"))
+    for round, wait_lines in enumerate((50, 1200, 2600)):
+        out = tmp_path / f"r{round}.jsonl"
+        proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(demo, "--output", str(out), "--batch", "16",
+                                                                        "--workers", "2" if round == 1 else "1")],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists() and out.read_bytes().count(b"\n") > wait_lines:
+                break
+            time.sleep(0.005)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        data = out.read_bytes()
+        assert data.endswith(b"\n")
+        done = data.count(b"\n") - 1
+        assert done > min(wait_lines, 1)
+        resumed = _cli(*_replay(demo, "--output", str(out), "--resume", "--json"))
+        assert (resumed.returncode, resumed.stdout) == (reference.returncode, reference.stdout)
+        assert _session_processes(proc.pid) == []
+
+
+# -- bounded memory -------------------------------------------------------------------------------
+
+_RSS = """
+import resource, sys
+from cvmvm.cli.main import main
+code = main(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_memory_does_not_grow_with_the_number_of_transactions(demo, tmp_path):
+    big = tmp_path / "big"
+    assert _cli("tx", "demo", "30000", str(big), "--unsigned").returncode == 0
+    peaks = []
+    for d in (demo, big):
+        run = subprocess.run([sys.executable, "-c", _RSS, *_replay(d, "--output", str(tmp_path / f"{d.name}.jsonl"))],
+                             capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert run.returncode == 1, run.stderr
+        peaks.append(int(run.stderr.split()[-1]))
+    # Ten times the transactions: the peak grows by less than the file itself (~21 MB more).
+    assert peaks[1] - peaks[0] < 12 * 1024, peaks
+
+
+# -- Ctrl-C -----------------------------------------------------------------------------------------
+
+def _session_processes(sid: int) -> list[int]:
+    """Processes still alive in the session (a terminal's job) the replay was started in."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                alive.append(int(entry.name))
+    return alive
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_prints_no_traceback_and_leaves_no_worker(demo, tmp_path, workers):
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(demo, "--output", str(out), "--batch", "8",
+                                                                    "--workers", workers)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_bytes().count(b"\n") > 100):
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGINT)   # what a terminal sends to the whole job
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err and err.strip().splitlines() == ["cvmvm: interrupted"]
+    deadline = time.monotonic() + 20
+    while _session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session_processes(proc.pid) == []
+    assert out.read_bytes().endswith(b"\n")
+
+
+# -- command-line mistakes ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra", [["--workers", "0"], ["--batch", "0"], ["--workers", "-1"], ["--batch", "x"]])
+def test_zero_workers_or_batch_is_a_usage_error(demo, extra):
+    run = _cli(*_replay(demo, *extra))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+
+
+def test_resume_needs_output(demo, capsys):
+    code, info = cli_json(capsys, _replay(demo, "--resume"))
+    assert code == 2 and info["error"] == "usage.conflict"
+
+
+def test_a_missing_store_is_one_error(demo, tmp_path):
+    run = _cli("replay", str(demo / "txs.cvmtx"), "--store", str(tmp_path / "nowhere"))
+    assert run.returncode == EXIT_CODES["input"] and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1 and "nowhere" in run.stderr
+
+
+def test_a_missing_model_is_one_error_per_model(demo, tmp_path, capsys):
+    from cvmvm.cli.main import main
+
+    assert main(_replay(demo)) == 1
+    lines = capsys.readouterr().out.splitlines()
+    unknown = [line for line in lines if "input.unknown_model" in line and not line.startswith("  ")]
+    assert len(unknown) == 1 and unknown[0].startswith("model ")
+
+
+def test_a_private_key_as_signer_is_refused(demo, tmp_path, capsys):
+    assert _cli("keygen", str(tmp_path / "k")).returncode == 0
+    code, info = cli_json(capsys, _replay(demo, "--signer", str(tmp_path / "k")))
+    assert code == 2 and info["error"] == "usage.argument" and "k.pub" in info["message"]
+
+
+def test_ray_without_ray_says_which_extra(demo, tmp_path):
+    blocker = tmp_path / "noray"
+    blocker.mkdir()
+    (blocker / "ray.py").write_text("raise ImportError('No module named ray')\n")
+    run = _cli(*_replay(demo, "--ray"), env={**os.environ, "PYTHONPATH": str(blocker)})
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "cvmvm[ray]" in run.stderr
+
+
+def test_a_truncated_file_is_replayed_up_to_where_it_ends(demo, tmp_path, capsys):
+    data = (demo / "txs.cvmtx").read_bytes()
+    cut = len(data) // 2
+    (tmp_path / "cut.cvmtx").write_bytes(data[:cut])
+    code, info = cli_json(capsys, ["replay", str(tmp_path / "cut.cvmtx"), "--store", str(demo / "store")])
+    assert code == EXIT_CODES["malformed"]
+    assert info["summary"]["file_error"]["error"] == "malformed.txs"
+    assert f"truncated at byte {cut}" in info["summary"]["file_error"]["message"]
+    assert 0 < info["summary"]["total"] == len(info["results"]) < 3000
+    run = _cli("replay", str(tmp_path / "cut.cvmtx"), "--store", str(demo / "store"))
+    assert run.returncode == EXIT_CODES["malformed"] and run.stderr.count("\n") == 1
+    assert run.stderr.startswith("cvmvm: error malformed.txs:") and "transactions:" in run.stdout

@@ -1,0 +1,213 @@
+"""The transaction file (FORMAT.md section 7): version-2 framing byte for byte, strict records,
+faults of one record against faults of the framing, version 1 refused and converted."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import msgpack
+import numpy as np
+import pytest
+
+from isa.errors import CvmError
+from serializer.records import transactions
+from cvmvm.tx import schedule
+from cvmvm.tx.store import Store
+from tests.test_receipt import cli_json, mlp_model, pair_model
+from tests.test_replay import clipped_inputs, honest
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path / "store")
+
+
+def _txs(model, n: int, seed: int = 3):
+    return [honest(model, f) for f in clipped_inputs(model, n, seed)]
+
+
+def _code(f) -> str:
+    with pytest.raises(CvmError) as e:
+        f()
+    return e.value.code
+
+
+# -- the bytes -------------------------------------------------------------------------------
+
+def test_layout_byte_for_byte():
+    model = mlp_model()
+    txs = _txs(model, 2)
+    data = transactions.encode_txs(txs)
+    bodies = [transactions.encode_tx(t) for t in txs]
+    assert data[:12] == b"cvmvmtx\x00" + struct.pack("<I", 2)
+    pos = 12
+    for body in bodies:
+        assert data[pos:pos + 4] == struct.pack("<I", len(body)) and data[pos + 4:pos + 4 + len(body)] == body
+        assert body.startswith(b"\x83\xa5model\xc4\x20" + model.model_hash)
+        pos += 4 + len(body)
+    assert data[pos:] == b"\x00\x00\x00\x00" + struct.pack("<Q", 2)
+    wire = msgpack.unpackb(bodies[0])
+    assert list(wire) == ["model", "inputs", "receipt"] and list(wire["inputs"][0]) == ["name", "dtype", "shape", "data"]
+
+
+def test_round_trip_and_ids():
+    model = pair_model()
+    txs = _txs(model, 3)
+    data = transactions.encode_txs(txs)
+    back = transactions.decode_txs(data)
+    assert transactions.encode_txs(back) == data
+    assert [t.receipt for t in back] == [t.receipt for t in txs]
+    records = list(transactions.iter_records(io.BytesIO(data), "t"))
+    assert [r.index for r in records] == [0, 1, 2]
+    assert records[1].offset == 12 + 4 + len(records[0].body)
+    assert transactions.tx_id(records[0].body) != transactions.tx_id(records[1].body)
+
+
+# -- faults of one record: that transaction's error, the others go on ----------------------
+
+def _wire(model) -> dict:
+    return msgpack.unpackb(transactions.encode_tx(_txs(model, 1)[0]))
+
+
+@pytest.mark.parametrize("mutate, code", [
+    (lambda w: {k: w[k] for k in ("inputs", "model", "receipt")}, "malformed.txs"),
+    (lambda w: {**w, "model": w["model"][:16]}, "malformed.txs"),
+    (lambda w: {k: v for k, v in w.items() if k != "receipt"}, "malformed.txs"),
+    (lambda w: {**w, "receipt": b"\x80"}, "malformed.txs"),
+    (lambda w: {**w, "receipt": {**w["receipt"], "ops": "1"}}, "malformed.txs"),
+    (lambda w: {**w, "inputs": w["inputs"][:1] * 2}, "malformed.txs"),
+    (lambda w: {**w, "inputs": [{**w["inputs"][0], "dtype": "int16"}]}, "malformed.txs"),
+    (lambda w: {**w, "inputs": [{**w["inputs"][0], "data": b"\x00"}]}, "malformed.txs"),
+    (lambda w: {**w, "inputs": [{**w["inputs"][0], "shape": [2, 0]}]}, "malformed.txs"),
+    (lambda w: {**w, "inputs": [{**w["inputs"][0], "shape": [1, 1, 1, 1, 1, 1, 4]}]}, "limit.rank"),
+    (lambda w: {**w, "inputs": [{**w["inputs"][0], "name": 5}]}, "malformed.txs"),
+    (lambda w: {**w, "inputs": [{**w["inputs"][0], "shape": [1, True]}]}, "malformed.txs"),
+    (lambda w: [w], "malformed.txs"),
+])
+def test_a_bad_record_is_its_transactions_error(store, mutate, code):
+    model = mlp_model()
+    store.add(model)
+    good = transactions.encode_tx(_txs(model, 1)[0])
+    bad = msgpack.packb(mutate(_wire(model)), use_bin_type=True)
+    data = transactions.HEADER + b"".join(transactions.frame(b) for b in (good, bad, good)) + transactions.end_frame(3)
+    outcomes = [o for burst in schedule.replay_records(transactions.iter_records(io.BytesIO(data), "t"), store)
+                for o in burst]
+    assert [(o.status, o.error) for o in outcomes] == [("ok", None), ("error", code), ("ok", None)]
+    assert outcomes[1].offset == 12 + 4 + len(good)
+
+
+@pytest.mark.parametrize("garble", [
+    lambda b: b"\x84" + b[1:],                                     # a map header claiming 4 entries
+    lambda b: b.replace(b"\xa6inputs", b"\xd9\x06inputs", 1),      # a non-canonical str header
+    lambda b: b + b"\xc0",                                        # a trailing value
+    lambda b: b"\x00" + b[1:],                                    # not a map
+    lambda b: b[:20],                                             # cut short
+])
+def test_garbled_records_and_noncanonical_ones(store, garble):
+    model = mlp_model()
+    store.add(model)
+    good = transactions.encode_tx(_txs(model, 1)[0])
+    data = transactions.HEADER + transactions.frame(garble(good)) + transactions.frame(good) + transactions.end_frame(2)
+    outcomes = schedule.replay_records(transactions.iter_records(io.BytesIO(data), "t"), store)
+    got = [o for burst in outcomes for o in burst]
+    assert got[0].status == "error" and got[0].error in ("malformed.txs", "malformed.noncanonical")
+    assert got[1].status == "ok"
+
+
+# -- faults of the framing: where the file ends -----------------------------------------------
+
+def _file(model, n=3) -> bytes:
+    return transactions.encode_txs(_txs(model, n))
+
+
+def test_every_truncation_is_reported_where_the_file_ends(store):
+    model = mlp_model()
+    store.add(model)
+    data = _file(model)
+    record = len(transactions.encode_tx(_txs(model, 1)[0]))
+    for cut in list(range(0, 40)) + list(range(len(data) - 40, len(data))):
+        f = io.BytesIO(data[:cut])
+        with pytest.raises(CvmError) as e:
+            for _ in transactions.iter_records(f, "t"):
+                pass
+        assert e.value.code in ("malformed.txs", "malformed.txs_version"), cut
+        if cut >= 12:
+            assert f"at byte {cut}" in e.value.message, (cut, e.value.message)
+    # Replay gives the outcomes of the whole records before the cut, then the fault.
+    cut = 12 + 2 * (4 + record) + 7
+    got = []
+    with pytest.raises(CvmError) as e:
+        for burst in schedule.replay_records(transactions.iter_records(io.BytesIO(data[:cut]), "t"), store):
+            got += burst
+    assert [o.status for o in got] == ["ok", "ok"] and e.value.code == "malformed.txs"
+
+
+@pytest.mark.parametrize("tail, what", [
+    (transactions.end_frame(2), "counts 2"),
+    (transactions.end_frame(3) + b"\x00", "after the end frame"),
+    (struct.pack("<I", transactions.MAX_RECORD_BYTES + 1) + b"\x00" * 8, "exceeds"),
+])
+def test_framing_faults(store, tail, what):
+    model = mlp_model()
+    data = _file(model)[:-transactions.END_SIZE] + tail
+    with pytest.raises(CvmError) as e:
+        transactions.decode_txs(data)
+    assert e.value.code == "malformed.txs" and what in e.value.message
+
+
+def test_not_a_transaction_file_and_other_versions():
+    assert _code(lambda: transactions.decode_txs(b"\x93\x01\x02")) == "malformed.txs"
+    assert _code(lambda: transactions.decode_txs(b"cvmvmtx\x00" + struct.pack("<I", 3))) == "malformed.txs_version"
+
+
+# -- version 1: refused with a pointer to convert, and converted -----------------------------------
+
+def _v1(txs) -> bytes:
+    return msgpack.packb({"format": "cvmvm-txs", "version": 1,
+                          "txs": [msgpack.unpackb(transactions.encode_tx(t)) for t in txs]}, use_bin_type=True)
+
+
+def test_version_1_is_refused_by_replay_and_converted(capsys, tmp_path, store):
+    model = mlp_model()
+    store.add(model)
+    txs = _txs(model, 4)
+    (tmp_path / "old.cvmtx").write_bytes(_v1(txs))
+    code, info = cli_json(capsys, ["replay", str(tmp_path / "old.cvmtx"), "--store", str(store.root)])
+    assert code == 3 and info["error"] == "malformed.txs_version" and "cvmvm tx convert" in info["message"]
+    code, info = cli_json(capsys, ["tx", "convert", str(tmp_path / "old.cvmtx"), str(tmp_path / "new.cvmtx")])
+    assert code == 0 and info["transactions"] == 4
+    assert (tmp_path / "new.cvmtx").read_bytes() == transactions.encode_txs(txs)
+    code, info = cli_json(capsys, ["tx", "convert", str(tmp_path / "new.cvmtx"), str(tmp_path / "x.cvmtx")])
+    assert code == 2 and info["error"] == "usage.argument"
+    bad = _v1(txs).replace(b"\xa6format", b"\xd9\x06format", 1)
+    (tmp_path / "bad.cvmtx").write_bytes(bad)
+    code, info = cli_json(capsys, ["tx", "convert", str(tmp_path / "bad.cvmtx"), str(tmp_path / "y.cvmtx")])
+    assert code == 3 and info["error"] == "malformed.noncanonical" and not (tmp_path / "y.cvmtx").exists()
+
+
+# -- tx add -----------------------------------------------------------------------------------
+
+def test_tx_add_builds_and_extends_a_file_from_real_runs(capsys, tmp_path, store):
+    model = mlp_model()
+    store.add(model)
+    (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
+    np.save(tmp_path / "x.npy", np.array([[5, -100, 1000, 7]], dtype=np.int64))   # clipped, and int64
+    np.save(tmp_path / "y.npy", np.array([[1, 2, 3, 4]], dtype=np.int32))
+    txs = tmp_path / "t.cvmtx"
+    for k, x in enumerate(("x", "y")):
+        code, info = cli_json(capsys, ["tx", "add", str(txs), "--model", str(tmp_path / "m.cvm"),
+                                       "--input", f"x={tmp_path / f'{x}.npy'}"])
+        assert code == 0 and info["index"] == k and info["receipt_matches_run"]
+    back = transactions.decode_txs(txs.read_bytes())
+    assert back[0].inputs[0][1].dtype == np.int32 and back[0].inputs[0][1].tolist() == [[5, -100, 127, 7]]
+    code, info = cli_json(capsys, ["replay", str(txs), "--store", str(store.root)])
+    assert code == 0 and info["summary"]["ok"] == 2
+    # A claimed receipt of another run is carried as given, and replay reports it.
+    code, _ = cli_json(capsys, ["run", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'y.npy'}",
+                                "--receipt", str(tmp_path / "r.bin")])
+    code, info = cli_json(capsys, ["tx", "add", str(txs), "--model", str(tmp_path / "m.cvm"),
+                                   "--input", f"x={tmp_path / 'x.npy'}", "--receipt", str(tmp_path / "r.bin")])
+    assert code == 0 and not info["receipt_matches_run"]
+    code, info = cli_json(capsys, ["replay", str(txs), "--store", str(store.root)])
+    assert code == 1 and info["results"][2]["fields"] == ["inputs", "output_hash", "trace_root"]
