@@ -80,7 +80,7 @@ def test_a_worker_without_cvmvm_fails_at_once_with_one_error(demo, cluster, tmp_
         start = time.monotonic()
         with pytest.raises(CvmError) as e:
             _replay(demo, ray=c.address)
-        assert e.value.code == "usage.ray" and "cannot import cvmvm" in e.value.message
+        assert e.value.code == "usage.ray_worker" and "cannot import cvmvm" in e.value.message
         assert time.monotonic() - start < 60
     finally:
         ray.shutdown()

@@ -46,7 +46,7 @@ def test_output_lines_are_the_json_results(demo, tmp_path, capsys):
     assert all(results.outcome_line(results.outcome_from_line(line.encode())) == line for line in lines[1:])
     # An existing results file is never overwritten without --resume.
     code, again = cli_json(capsys, _replay(demo, "--output", str(tmp_path / "r.jsonl")))
-    assert code == EXIT_CODES["input"] and again["error"] == "input.argument"
+    assert code == EXIT_CODES["usage"] and again["error"] == "usage.argument"
 
 
 def test_resume_from_any_prefix_gives_the_uninterrupted_report(demo, tmp_path, capsys):
@@ -81,7 +81,7 @@ def test_resume_refuses_other_results(demo, tmp_path, capsys):
     code, info = cli_json(capsys, _replay(demo, "--output", str(r), "--resume"))  # another transaction file
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"
     code, info = cli_json(capsys, _replay(other, "--output", str(r), "--resume", "--signer", str(tmp_path / "pub")))
-    assert code == EXIT_CODES["input"] and info["error"] == "input.argument"
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.conflict"
     r.write_bytes(lines[0] + lines[1].replace(b'"ok"', b'"OK"'))
     code, info = cli_json(capsys, _replay(other, "--output", str(r), "--resume"))
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"

@@ -150,9 +150,9 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
         stdout.write("\n".join(report.lines()) + "\n")
     stdout.flush()
     if report.file_error is not None:
-        e = report.file_error
-        print(f"cvmvm: error {e.code}: {e.message}", file=sys.stderr)
-        return EXIT_CODES[e.family], None, None
+        fault = report.file_error
+        print(f"cvmvm: error {fault.code}: {fault.message}", file=sys.stderr)
+        return EXIT_CODES[fault.family], None, None
     return (EXIT_OK if report.ok == report.total else EXIT_MISMATCH), None, None
 
 

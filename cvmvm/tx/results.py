@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from isa.errors import CvmError, InputError, MalformedError
+from isa.errors import CvmError, InputError, MalformedError, UsageError
 from cvmvm.tx.replay import ERROR, MISMATCH, OK, Outcome
 
 RESULTS_FORMAT = "cvmvm-replay-results"
@@ -108,7 +108,7 @@ class ResultsFile:
         try:
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
         except FileExistsError:
-            raise InputError("argument", f"--output {p}: the file exists; continue it with --resume, "
+            raise UsageError("argument", f"--output {p}: the file exists; continue it with --resume, "
                                          f"or give a new name") from None
         except OSError as e:
             raise InputError("file", f"--output {p}: {e.strerror or e}") from None
@@ -144,7 +144,7 @@ def resume(path: str | os.PathLike[str], signer: bytes | None) -> tuple[ResultsF
         if head != _header(signer):
             os.close(fd)
             if head.startswith(b'{"format": "' + RESULTS_FORMAT.encode()):
-                raise InputError("argument", f"--resume {p}: the results were made with another --signer")
+                raise UsageError("conflict", f"--resume {p}: the results were made with another --signer")
             raise _bad(f"{p}: not a cvmvm replay results file")
         count, end = 0, len(head)
         while True:
@@ -201,9 +201,10 @@ class Report:
                 self.by_field[f] = self.by_field.get(f, 0) + 1
             return
         self.error += 1
-        self.by_error[o.error] = self.by_error.get(o.error, 0) + 1  # type: ignore[index]
+        code = o.error or ""
+        self.by_error[code] = self.by_error.get(code, 0) + 1
         if o.model is not None:
-            m = self.model_errors.setdefault(o.model, ModelError(o.error, o.message))  # type: ignore[arg-type]
+            m = self.model_errors.setdefault(o.model, ModelError(code, o.message))
             m.count += 1
             if len(m.indices) < MODEL_ERROR_INDICES:
                 m.indices.append(o.index)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import multiprocessing
 import os
 import queue
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from isa.errors import CvmError, InputError, InternalError, MalformedError, UsageError
+from serializer import kinds
 from serializer.records import transactions
 from serializer.records.transactions import Record
 from cvmvm.vm.api import Model, load
@@ -145,7 +147,7 @@ def _ray_chunk(model_bytes: bytes, model: bytes, items: list[Item], batch_size: 
 
 
 def ray_missing() -> CvmError:
-    return UsageError("ray", "--ray needs Ray: install the extra with `pip install 'cvmvm[ray]'`")
+    return UsageError("missing_extra", "--ray needs Ray: install the extra with `pip install 'cvmvm[ray]'`")
 
 
 class Ray:
@@ -164,7 +166,7 @@ class Ray:
             try:
                 # Never an unnamed cluster that merely runs on this machine: the one asked for, else a new one.
                 ray.init(address=opts.ray or os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
-                         logging_level="ERROR", log_to_driver=False)
+                         logging_level=logging.ERROR, log_to_driver=False)
             except BaseException:
                 ray.shutdown()
                 raise
@@ -210,7 +212,7 @@ class Ray:
             cause = getattr(e, "cause", None)
             text = f"{type(cause).__name__}: {cause}" if cause is not None else str(e).splitlines()[0]
             if isinstance(cause, ImportError) or "ModuleNotFoundError" in str(e):
-                raise UsageError("ray", f"a Ray worker cannot import cvmvm ({text}): install the same "
+                raise UsageError("ray_worker", f"a Ray worker cannot import cvmvm ({text}): install the same "
                                         f"cvmvm on every node of the cluster") from None
             raise InternalError("ray", f"a Ray task failed: {text}") from None
 
@@ -381,6 +383,7 @@ def replay_file(path: str | os.PathLike[str], store: Store, opts: Options = Opti
     check_store(store)
     f = open_txs(path)
     with f:
+        kinds.expect(f.peek(64)[:64], (kinds.TXS,), str(path))
         yield from replay_records(transactions.iter_records(f, str(path)), store, opts, previous, count_hint(path))
 
 

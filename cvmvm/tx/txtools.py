@@ -75,9 +75,12 @@ def _flip(digest: bytes) -> bytes:
 def _transaction(i: int, x: np.ndarray, r: receipt.Receipt, model_hash: bytes, name: str,
                  key: Ed25519PrivateKey | None) -> tuple[transactions.Transaction, dict[str, Any] | None]:
     kind = bad_kind(i, key is not None)
-    tx_model, tx_input, expect = model_hash, x, None
-    if kind in ("output_hash", "trace_root"):
-        r = dataclasses.replace(r, **{kind: _flip(getattr(r, kind))})
+    tx_model, tx_input = model_hash, x
+    expect: dict[str, Any] | None = None
+    if kind == "output_hash":
+        r = dataclasses.replace(r, output_hash=_flip(r.output_hash))
+    elif kind == "trace_root":
+        r = dataclasses.replace(r, trace_root=_flip(r.trace_root))
     elif kind == "ops":
         r = dataclasses.replace(r, ops=r.ops + 1)
     if key is not None:
@@ -95,7 +98,7 @@ def _transaction(i: int, x: np.ndarray, r: receipt.Receipt, model_hash: bytes, n
         else:
             tx_input, expect = x.astype(np.float32), {"status": "error", "error": "input.dtype"}
     tx = transactions.Transaction(tx_model, ((name, tx_input),), r)
-    return tx, (None if kind is None else {"index": i, "kind": kind, **expect})
+    return tx, (None if kind is None or expect is None else {"index": i, "kind": kind, **expect})
 
 
 def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bool = True) -> dict[str, Any]:

@@ -99,10 +99,10 @@ def _fail(message: str) -> MalformedError:
     return MalformedError("txs", message)
 
 
-def _input_from_wire(e: Any, k: int) -> TxInput:
-    if type(e) is not dict or tuple(e) != TX_INPUT_KEYS:
+def _input_from_wire(wire: Any, k: int) -> TxInput:
+    if type(wire) is not dict or tuple(wire) != TX_INPUT_KEYS:
         raise _fail(f"inputs[{k}]: expected a map with keys {list(TX_INPUT_KEYS)} in that order")
-    name, dtype, shape, data = e["name"], e["dtype"], e["shape"], e["data"]
+    name, dtype, shape, data = wire["name"], wire["dtype"], wire["shape"], wire["data"]
     if type(name) is not str or type(dtype) is not str or type(data) is not bytes:
         raise _fail(f"inputs[{k}]: name and dtype must be str, data bin")
     if dtype not in DTYPES:
@@ -218,7 +218,7 @@ class TxWriter:
 
 
 class Record(NamedTuple):
-    index: int     # position in the file, from 0
+    index: int     # type: ignore[assignment]  # position in the file, from 0 (shadows tuple.index, unused)
     offset: int    # byte offset of its frame
     body: bytes
 
