@@ -100,7 +100,7 @@ def main() -> int:
             timed(f"signed,   workers={workers}", "signed", workers=workers)
         if args.ray:
             import ray
-            ray.init(num_cpus=max(args.workers), include_dashboard=False, logging_level="WARNING")
+            ray.init(address="local", num_cpus=max(args.workers), include_dashboard=False, logging_level="ERROR")
             try:
                 timed("unsigned, ray", "unsigned", ray="")
                 timed("signed,   ray", "signed", ray="")
