@@ -110,6 +110,23 @@ def merkle_root(leaves: Sequence[bytes]) -> bytes:
     return node_hash(merkle_root(leaves[:k]), merkle_root(leaves[k:]))
 
 
+def merkle_roots(trees: Sequence[Sequence[bytes]]) -> list[bytes]:
+    """``merkle_root`` of each of many leaf lists of one length, given by position: ``trees[p][i]``
+    is leaf p of tree i.  Level by level, left to right, an odd last node carried up as it is:
+    the same tree as RFC 6962's split at the largest power of two below n, built without a call
+    per node (a batched run's roots; tests/test_hashing.py checks it against merkle_root)."""
+    if not trees:
+        raise ValueError("a trace has at least one leaf")
+    level = [list(column) for column in trees]
+    while len(level) > 1:
+        paired = [[hashlib.sha256(NODE_PREFIX + a + b).digest() for a, b in zip(left, right)]
+                  for left, right in zip(level[0::2], level[1::2])]
+        if len(level) % 2:
+            paired.append(level[-1])
+        level = paired
+    return level[0]
+
+
 def merkle_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
     """Sibling hashes from the leaf up to the root (RFC 6962 audit path)."""
     if not 0 <= index < len(leaves):

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serializer.hashing import (INPUT, INSTR, PARAM, TraceEntry, leaf_hash, merkle_proof, merkle_root, node_hash,
-                                outputs_hash, tensor_hash, verify_merkle_proof)
+from serializer.hashing import (INPUT, INSTR, PARAM, TraceEntry, leaf_hash, merkle_proof, merkle_root, merkle_roots,
+                                node_hash, outputs_hash, tensor_hash, verify_merkle_proof)
 
 # -- references, straight from FORMAT.md ----------------------------------------
 
@@ -319,6 +319,13 @@ def test_merkle_root_shapes_by_hand():
     assert merkle_root([a, b, c]) == ref_inner(ref_inner(a, b), c)
     assert merkle_root([a, b, c, d]) == ref_inner(ref_inner(a, b), ref_inner(c, d))
     assert merkle_root([a, b, c, d, e]) == ref_inner(ref_inner(ref_inner(a, b), ref_inner(c, d)), e)
+
+
+@pytest.mark.parametrize("n", list(range(1, 70)) + [127, 128, 129, 300])
+def test_merkle_roots_of_many_trees_are_each_trees_root(n):
+    trees = [[hashlib.sha256(f"{i} {p}".encode()).digest() for p in range(n)] for i in range(3)]
+    by_position = [list(column) for column in zip(*trees)]
+    assert merkle_roots(by_position) == [merkle_root(t) for t in trees]
 
 
 def test_merkle_root_larger_counts():

@@ -264,7 +264,8 @@ def test_tx_demo_500_end_to_end(capsys, tmp_path):
                 for r in info["results"] if r["status"] != "ok"]
     assert reported == [{k: v for k, v in b.items() if k != "kind"} for b in expected["bad"]]
     assert info["summary"]["ok"] == 500 - 16
-    assert [m["transactions"] for m in info["summary"]["model_errors"]] == [sum(b["kind"] == "unknown_model" for b in expected["bad"])]
+    unknown = sum(b["kind"] == "unknown_model" for b in expected["bad"])
+    assert [m["transactions"] for m in info["summary"]["model_errors"]] == [unknown]
     code2, info2 = cli_json(capsys, [*args, "--workers", "2", "--batch", "100"])
     assert (code2, info2) == (code, info)
     # Deterministic: generating again gives the same bytes.

@@ -48,7 +48,8 @@ def test_layout_byte_for_byte():
         pos += 4 + len(body)
     assert data[pos:] == b"\x00\x00\x00\x00" + struct.pack("<Q", 2)
     wire = msgpack.unpackb(bodies[0])
-    assert list(wire) == ["model", "inputs", "receipt"] and list(wire["inputs"][0]) == ["name", "dtype", "shape", "data"]
+    assert list(wire) == ["model", "inputs", "receipt"]
+    assert list(wire["inputs"][0]) == ["name", "dtype", "shape", "data"]
 
 
 def test_round_trip_and_ids():

@@ -145,7 +145,8 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
         if out is not None:
             out.close()
     if args.json:
-        stdout.write(('{"results": [' if first else "") + '], "summary": ' + json.dumps(report.summary(), sort_keys=True) + "}\n")
+        summary = json.dumps(report.summary(), sort_keys=True)
+        stdout.write(('{"results": [' if first else "") + '], "summary": ' + summary + "}\n")
     else:
         stdout.write("\n".join(report.lines()) + "\n")
     stdout.flush()

@@ -34,8 +34,8 @@ def outcome_json(o: Outcome) -> dict[str, Any]:
         row.update(error=o.error, message=o.message)
     if o.model is not None:
         row["model"] = o.model.hex()
-    if o.output_hash is not None:
-        row.update(output_hash=o.output_hash.hex(), trace_root=o.trace_root.hex(), ops=o.ops)  # type: ignore[union-attr]
+    if o.output_hash is not None and o.trace_root is not None:
+        row.update(output_hash=o.output_hash.hex(), trace_root=o.trace_root.hex(), ops=o.ops)
     return row
 
 

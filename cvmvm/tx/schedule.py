@@ -92,6 +92,9 @@ class Pool:
     def __init__(self, store: Store, opts: Options) -> None:
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        if context.get_start_method() == "forkserver":
+            # Workers fork from a server that imported the VM once, instead of each importing it.
+            context.set_forkserver_preload(["cvmvm.tx.replay"])
         self.parallel = opts.workers
         self.pool = context.Pool(opts.workers, _worker_init, (str(store.root), opts.batch_size, opts.signer))
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()

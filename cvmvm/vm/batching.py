@@ -30,7 +30,7 @@ from isa.errors import CvmError, InputError
 from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
-from serializer.hashing import canonical_array, merkle_root, outputs_hash, tensor_hash, tensor_header, trace_root
+from serializer.hashing import canonical_array, merkle_roots, outputs_hash, tensor_hash, tensor_header, trace_root
 from serializer.model import Input, Model as ModelIR
 from cvmvm.vm.execute import execute, prepare_inputs
 from cvmvm.vm.trace import Tracer, trace_layout
@@ -296,7 +296,8 @@ def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program, columns:
         rows = [_rows(v, plan[t], count) for t, v in zip(heads, values)]
         per_item = [tuple(r[i] for r in rows) for i in range(count)]
     results = []
-    for own, own_leaves, own_outputs in zip(zip(*digests), zip(*leaves), per_item):
-        root = trace_root(model_hash, len(own_leaves), merkle_root(own_leaves))
+    trees = merkle_roots(leaves)
+    for own, tree, own_outputs in zip(zip(*digests), trees, per_item):
+        root = trace_root(model_hash, len(leaves), tree)
         results.append(TracedRun(own, outputs_hash([own[t] for t in heads]), root, program.ops, own_outputs))
     return results
