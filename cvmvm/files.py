@@ -60,32 +60,20 @@ def read_npy(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES) -> np.nd
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
-    """Write via a temporary file in the same directory and rename: never half a file.
+    """Write via a temporary file in the same directory and rename: never half a file."""
+    with atomic_output(path, mode) as f:
+        f.write(data)
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike[str], mode: int | None = None) -> Iterator[BinaryIO]:
+    """A file to stream into, renamed to ``path`` only once the block completes: never half a file.
     ``mode``: the file's permission bits (default: mkstemp's owner-only)."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
     try:
         if mode is not None:
             os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-@contextmanager
-def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """A file to stream into, renamed to ``path`` only once the block completes: never half a file."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as f:
             yield f
             f.flush()
