@@ -225,3 +225,35 @@ def test_a_truncated_file_is_replayed_up_to_where_it_ends(demo, tmp_path, capsys
     run = _cli("replay", str(tmp_path / "cut.cvmtx"), "--store", str(demo / "store"))
     assert run.returncode == EXIT_CODES["malformed"] and run.stderr.count("\n") == 1
     assert run.stderr.startswith("cvmvm: error malformed.txs:") and "transactions:" in run.stdout
+
+
+class _Terminal:
+    """A stderr that says it is a terminal, keeping what is written to it."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        self.text.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_bar_on_a_terminal_unless_quiet(demo, monkeypatch, quiet):
+    pytest.importorskip("tqdm", reason="the progress extra is not installed")
+    from cvmvm.cli.main import main
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(_replay(demo, *(["--quiet"] if quiet else []))) == 1
+    shown = "".join(terminal.text)
+    if quiet:
+        assert shown == ""
+    else:
+        assert "3.00k/3.00k" in shown and "tx/s" in shown and "mismatch" in shown and " error" in shown
