@@ -28,6 +28,7 @@ from isa.errors import CvmError  # noqa: E402
 from cvmvm.tx import schedule  # noqa: E402
 from cvmvm.tx.store import Store  # noqa: E402
 from tests.test_receipt import REPO  # noqa: E402
+from tests.test_replay_cli import repeated  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 OBJECT_STORE = 80 << 20
@@ -124,10 +125,11 @@ def _descendants(root: int) -> set[int]:
 
 
 def test_ctrl_c_of_replay_on_a_local_ray_leaves_no_ray_process(demo, tmp_path):
+    big = repeated(demo, tmp_path / "big", 30)   # long enough to be interrupted
     out = tmp_path / "r.jsonl"
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **LOOPBACK_ENV}
-    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", "replay", str(demo / "txs.cvmtx"), "--store",
-                             str(demo / "store"), "--batch", "8", "--output", str(out), "--ray"],
+    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", "replay", str(big / "txs.cvmtx"), "--store",
+                             str(big / "store"), "--batch", "8", "--output", str(out), "--ray"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env=env)
     seen: set[int] = set()

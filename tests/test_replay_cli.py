@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from serializer.records import transactions
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.tx import results
 from tests.test_receipt import KEY, REPO, cli_json
@@ -23,6 +24,21 @@ def demo(tmp_path_factory) -> Path:
     """3000 unsigned digits transactions, some bad on purpose (tx demo)."""
     out = tmp_path_factory.mktemp("demo")
     assert _cli("tx", "demo", "3000", str(out), "--unsigned").returncode == 0
+    return out
+
+
+def repeated(demo: Path, out: Path, times: int) -> Path:
+    """A directory like ``demo`` whose transaction file holds demo's transactions ``times`` over."""
+    out.mkdir()
+    (out / "store").symlink_to(demo / "store", target_is_directory=True)
+    with open(demo / "txs.cvmtx", "rb") as f:
+        bodies = [r.body for r in transactions.iter_records(f, "demo")]
+    with open(out / "txs.cvmtx", "wb") as f:
+        writer = transactions.TxWriter(f)
+        for _ in range(times):
+            for body in bodies:
+                writer.add_record(body)
+        writer.close()
     return out
 
 
@@ -88,10 +104,11 @@ def test_resume_refuses_other_results(demo, tmp_path, capsys):
 
 
 def test_kill_9_loses_only_what_was_in_flight(demo, tmp_path):
-    reference = _cli(*_replay(demo, "--json"))
-    for round, wait_lines in enumerate((50, 1200, 2600)):
+    big = repeated(demo, tmp_path / "big", 5)   # long enough to be killed mid-run
+    reference = _cli(*_replay(big, "--json"))
+    for round, wait_lines in enumerate((50, 6000, 13000)):
         out = tmp_path / f"r{round}.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(demo, "--output", str(out), "--batch", "16",
+        proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(big, "--output", str(out), "--batch", "16",
                                                                         "--workers", "2" if round == 1 else "1")],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -100,13 +117,13 @@ def test_kill_9_loses_only_what_was_in_flight(demo, tmp_path):
             if out.exists() and out.read_bytes().count(b"\n") > wait_lines:
                 break
             time.sleep(0.005)
+        assert proc.poll() is None
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         data = out.read_bytes()
         assert data.endswith(b"\n")
-        done = data.count(b"\n") - 1
-        assert done > min(wait_lines, 1)
-        resumed = _cli(*_replay(demo, "--output", str(out), "--resume", "--json"))
+        assert wait_lines < data.count(b"\n") - 1 < 15000
+        resumed = _cli(*_replay(big, "--output", str(out), "--resume", "--json"))
         assert (resumed.returncode, resumed.stdout) == (reference.returncode, reference.stdout)
         assert _session_processes(proc.pid) == []
 
@@ -123,8 +140,7 @@ sys.exit(code)
 
 
 def test_memory_does_not_grow_with_the_number_of_transactions(demo, tmp_path):
-    big = tmp_path / "big"
-    assert _cli("tx", "demo", "30000", str(big), "--unsigned").returncode == 0
+    big = repeated(demo, tmp_path / "big", 10)
     peaks = []
     for d in (demo, big):
         run = subprocess.run([sys.executable, "-c", _RSS, *_replay(d, "--output", str(tmp_path / f"{d.name}.jsonl"))],
@@ -153,14 +169,16 @@ def _session_processes(sid: int) -> list[int]:
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_prints_no_traceback_and_leaves_no_worker(demo, tmp_path, workers):
+    big = repeated(demo, tmp_path / "big", 20)   # long enough to be interrupted
     out = tmp_path / "r.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(demo, "--output", str(out), "--batch", "8",
+    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(big, "--output", str(out), "--batch", "8",
                                                                     "--workers", workers)],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and out.read_bytes().count(b"\n") > 100):
         time.sleep(0.005)
+    assert proc.poll() is None
     os.killpg(proc.pid, signal.SIGINT)   # what a terminal sends to the whole job
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err and err.strip().splitlines() == ["cvmvm: interrupted"]
