@@ -656,7 +656,7 @@ def test_a_program_at_the_default_memory_limit_runs_in_4_gib_of_address_space():
 
 def test_replay_does_not_run_or_even_load_for_a_receipt_that_is_not_authentic(tmp_path):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cvmvm.tx import receipt, replay
+    from cvmvm.tx import receipt, schedule
     from cvmvm.tx.store import Store
     from serializer.records.transactions import Transaction
     model = Model(verify(relu_chain(1, 4)))
@@ -667,7 +667,7 @@ def test_replay_does_not_run_or_even_load_for_a_receipt_that_is_not_authentic(tm
     forged = dataclasses.replace(signed, signer=dataclasses.replace(signed.signer, signature=bytes(64)))
     store = Store(tmp_path / "empty")  # the model is not there: loading it would be an error
     txs = [Transaction(model.model_hash, (("data", x),), forged), Transaction(model.model_hash, (("data", x),), r)]
-    outcomes = replay.replay(txs, store, signer=key.public_key().public_bytes_raw())
+    outcomes = schedule.replay(txs, store, signer=key.public_key().public_bytes_raw())
     assert [(o.status, o.fields, o.error) for o in outcomes] == [("mismatch", ("signature",), None),
                                                                 ("mismatch", ("signer",), None)]
-    assert replay.replay(txs[1:], store)[0].error == "input.unknown_model"
+    assert schedule.replay(txs[1:], store)[0].error == "input.unknown_model"

@@ -108,7 +108,7 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
             raise schedule.ray_missing() from None
     store = Store(args.store)
     schedule.check_store(store)
-    opts = schedule.Options(args.workers, args.ray, args.batch, _signer(args.signer))
+    opts = schedule.Options(args.workers, args.ray, args.batch, _signer(args.signer), limits_of(args))
     previous = None
     out = None
     if args.output is not None:
@@ -160,7 +160,7 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
 # -- tx: add, convert, demo; keygen -------------------------------------------------------
 
 def cmd_tx_add(args: argparse.Namespace) -> Reply:
-    model = load_model(args.model, args.params)
+    model = load_model(args.model, args.params, limits_of(args))
     claim = None
     if args.receipt is not None:
         claim = receipt_codec.decode(read_kind(args.receipt, (kinds.RECEIPT,), "receipt",
@@ -296,6 +296,7 @@ def add_commands(command: Command) -> None:
     model_args(add, "--model")
     input_arg(add)
     add.add_argument("--receipt", help="carry this receipt as the claim (e.g. signed by cvmvm run --receipt --sign)")
+    limit_args(add)
     add.set_defaults(func=cmd_tx_add)
     conv = actions.add_parser("convert", help="convert a version 1 transaction file to version 2")
     conv.add_argument("old", help="version 1 transaction file")

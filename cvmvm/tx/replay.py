@@ -114,28 +114,40 @@ class Replayer:
 
     def run(self, model_hash: bytes, items: Sequence[Item]) -> list[Outcome]:
         """The outcome of each record (all naming ``model_hash``), in the order given."""
-        try:
-            batch = self.batch(model_hash)
-        except CvmError as e:
-            return [failed(i, o, hashlib.sha256(b).digest(), e, model_hash) for i, o, b in items]
-        inputs = batch.model.program.model.inputs
-        expected = [(i.name, i.type.dtype, i.type.shape) for i in inputs]
         outcomes: list[Outcome | None] = [None] * len(items)
         ready: list[tuple[int, bytes, Receipt, tuple[TxInput, ...]]] = []  # (position, tx id, claim, inputs)
         for k, (index, offset, body) in enumerate(items):
             tx = hashlib.sha256(body).digest()
             try:
                 _, given, claimed = transactions.decode_tx(body)
-                bad = tuple(f for f, ok in receipts.signature_verdicts(claimed, self.signer) if not ok)
-                if bad:
-                    outcomes[k] = Outcome(index, offset, tx, MISMATCH, bad)
-                    continue
-                _check_inputs(expected, given)
             except CvmError as e:
                 outcomes[k] = failed(index, offset, tx, e)
                 continue
+            # A receipt's signature and signer hold before its transaction costs any computation.
+            bad = receipts.unauthenticated(claimed, self.signer)
+            if bad:
+                outcomes[k] = Outcome(index, offset, tx, MISMATCH, bad)
+                continue
             ready.append((k, tx, claimed, given))
-        ready = self._check_precision(ready, inputs, items, outcomes)
+        if not ready:
+            return outcomes  # type: ignore[return-value]
+        try:
+            batch = self.batch(model_hash)
+        except CvmError as e:
+            for k, tx, _, _ in ready:
+                outcomes[k] = failed(items[k][0], items[k][1], tx, e, model_hash)
+            return outcomes  # type: ignore[return-value]
+        inputs = batch.model.program.model.inputs
+        expected = [(i.name, i.type.dtype, i.type.shape) for i in inputs]
+        fitting = []
+        for entry in ready:
+            try:
+                _check_inputs(expected, entry[3])
+            except CvmError as e:
+                outcomes[entry[0]] = failed(items[entry[0]][0], items[entry[0]][1], entry[1], e)
+                continue
+            fitting.append(entry)
+        ready = self._check_precision(fitting, inputs, items, outcomes)
         if ready:
             columns = [self._column(j, inp.type.dtype, [r[3][j].data for r in ready], len(ready), inp.type.shape)
                        for j, inp in enumerate(inputs)]

@@ -13,6 +13,7 @@ not load, is the error of each of its transactions without a second try.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
@@ -28,6 +29,7 @@ from serializer import kinds
 from serializer.records import transactions
 from serializer.records.transactions import Record
 from cvmvm.vm.api import Model, load
+from cvmvm.vm.verify import Limits
 from cvmvm.tx.replay import DEFAULT_BATCH, Item, Outcome, Replayer, failed
 from cvmvm.tx.store import Store
 
@@ -41,6 +43,7 @@ class Options:
     ray: str | None = None            # None: no Ray; "": RAY_ADDRESS's cluster, else a new local one; else an address
     batch_size: int = DEFAULT_BATCH   # most transactions in one batched run
     signer: bytes | None = None       # every receipt must be signed by this key
+    limits: Limits = Limits()         # every model is verified under these (memory, work, ops)
 
 
 # -- executors: run chunks, give back completed ones ----------------------------------
@@ -51,7 +54,7 @@ class Local:
     parallel = 1
 
     def __init__(self, store: Store, opts: Options) -> None:
-        self.replayer = Replayer(store.get, opts.batch_size, opts.signer)
+        self.replayer = Replayer(functools.partial(store.get, limits=opts.limits), opts.batch_size, opts.signer)
         self.done: list[list[Outcome]] = []
 
     @property
@@ -75,10 +78,10 @@ class Local:
 _worker: Replayer | None = None
 
 
-def _worker_init(store_root: str, batch_size: int, signer: bytes | None) -> None:
+def _worker_init(store_root: str, batch_size: int, signer: bytes | None, limits: Limits) -> None:
     global _worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it ends the pool
-    _worker = Replayer(Store(store_root).get, batch_size, signer)
+    _worker = Replayer(functools.partial(Store(store_root).get, limits=limits), batch_size, signer)
 
 
 def _worker_chunk(model: bytes, items: list[Item]) -> list[Outcome]:
@@ -96,7 +99,8 @@ class Pool:
             # Workers fork from a server that imported the VM once, instead of each importing it.
             context.set_forkserver_preload(["cvmvm.tx.replay"])
         self.parallel = opts.workers
-        self.pool = context.Pool(opts.workers, _worker_init, (str(store.root), opts.batch_size, opts.signer))
+        self.pool = context.Pool(opts.workers, _worker_init, (str(store.root), opts.batch_size, opts.signer,
+                                                              opts.limits))
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.inflight = 0
 
@@ -126,23 +130,23 @@ class Pool:
 
 
 # Ray workers get models as bytes through the object store, re-hashed before use.
-_ray_replayers: dict[tuple[int, bytes | None], Replayer] = {}
+_ray_replayers: dict[tuple[int, bytes | None, Limits], Replayer] = {}
 _ray_models: dict[bytes, bytes] = {}
 
 
-def _ray_fetch(model_hash: bytes) -> Model:
+def _ray_fetch(model_hash: bytes, limits: Limits) -> Model:
     data = _ray_models.pop(model_hash)
     got = hashlib.sha256(data).digest()
     if got != model_hash:
         raise MalformedError("store_hash", f"model bytes hash to {got.hex()}, not {model_hash.hex()}")
-    return load(data)
+    return load(data, ops_limit=limits.ops, memory_limit=limits.memory, work_limit=limits.work)
 
 
 def _ray_chunk(model_bytes: bytes, model: bytes, items: list[Item], batch_size: int,
-               signer: bytes | None) -> list[Outcome]:
-    key = (batch_size, signer)
+               signer: bytes | None, limits: Limits) -> list[Outcome]:
+    key = (batch_size, signer, limits)
     if key not in _ray_replayers:
-        _ray_replayers[key] = Replayer(_ray_fetch, batch_size, signer)
+        _ray_replayers[key] = Replayer(functools.partial(_ray_fetch, limits=limits), batch_size, signer)
     replayer = _ray_replayers[key]
     if not replayer.loaded(model):
         _ray_models[model] = bytes(model_bytes)
@@ -195,7 +199,8 @@ class Ray:
         if isinstance(ref, CvmError):
             self.failed.append([failed(i, o, hashlib.sha256(b).digest(), ref, model) for i, o, b in items])
             return
-        self.futures.append(self.remote.remote(ref, model, items, self.opts.batch_size, self.opts.signer))
+        self.futures.append(self.remote.remote(ref, model, items, self.opts.batch_size, self.opts.signer,
+                                               self.opts.limits))
 
     def collect(self, block: bool) -> list[list[Outcome]]:
         done, self.failed = self.failed, []
@@ -392,10 +397,10 @@ def replay_file(path: str | os.PathLike[str], store: Store, opts: Options = Opti
 
 def replay(txs: Sequence[transactions.Transaction], store: Store, *, workers: int = 1, use_ray: bool = False,
            batch_size: int = DEFAULT_BATCH, signer: bytes | None = None,
-           progress: Callable[[int, int], None] | None = None) -> list[Outcome]:
+           progress: Callable[[int, int], None] | None = None, limits: Limits = Limits()) -> list[Outcome]:
     """Replay transactions held in memory; one Outcome each, in order (tools and tests)."""
     data = transactions.encode_txs(txs)
-    opts = Options(workers, "" if use_ray else None, batch_size, signer)
+    opts = Options(workers, "" if use_ray else None, batch_size, signer, limits)
     out: list[Outcome] = []
     for burst in replay_records(transactions.iter_records(io.BytesIO(data), "transactions"), store, opts,
                                 total=len(txs)):
