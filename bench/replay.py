@@ -101,7 +101,7 @@ def main() -> int:
 
             rates[label] = args.count / best(run, label)
             own = (f"; {1e6 * cpu[label] / args.count:.1f} us of this process's CPU per tx"
-                   if kw.get("workers", 1) == 1 and not kw.get("ray") else "")
+                   if kw.get("workers", 1) == 1 and kw.get("ray") is None else "")
             print(f"{label:<30} {rates[label]:10,.0f} tx/s   ({rates[label] / vm:.2f} x the VM rate{own})")
 
         for workers in args.workers:
