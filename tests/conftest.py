@@ -1,8 +1,11 @@
-"""Shared fixtures: one directory holding a file of every kind cvmvm reads, made through the CLI."""
+"""Shared fixtures: one directory holding a file of every kind cvmvm reads, made through the CLI;
+the ``platforms`` marker, what this host computes for tests/records.py, and the report of what
+platforms ran."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,29 @@ import pytest
 from serializer.records import transactions
 from serializer.records.receipt import decode as decode_receipt
 from cvmvm.cli.main import main
+from tests import platforms
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "platforms: builds and runs other platforms (emulated s390x/arm64 roots, other Pythons and numpys); "
+        "skip locally with -m 'not platforms'")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if platforms.SEEN:
+        terminalreporter.section("platforms compared byte for byte with this host")
+        for line in platforms.SEEN:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def host_records() -> dict:
+    """What this host computes (tests/records.py), in a fresh interpreter, once per session."""
+    computed = platforms.run_records([sys.executable])
+    platforms.SEEN.append(platforms.describe("host", computed["platform"]))
+    return computed
 
 
 def cvmvm_json(capsys, argv: list[str]) -> tuple[int, dict]:

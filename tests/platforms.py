@@ -1,0 +1,339 @@
+"""Other platforms to run cvmvm on: Debian roots of other architectures under qemu-user
+emulation, and virtual environments of other Pythons and numpy versions.
+
+Both are built on demand and cached (``$CVMVM_PLATFORMS_CACHE``, default
+``~/.cache/cvmvm-platforms``); under CI (``CI=true``) they are built fresh in a
+temporary directory, so CI proves the build as well as the run.
+
+A root is Debian's own python3, numpy, msgpack, cryptography, pytest and
+hypothesis (Debian's hypothesis: the PyPI wheel carries an x86-only extension),
+unpacked by mmdebstrap's ``extract`` variant: no maintainer script runs, so the
+build needs no emulation and takes seconds instead of minutes.  What the
+scripts would have done and Python needs is done here: the merged-/usr links,
+the libblas.so.3/liblapack.so.3 alternatives, and byte-compiling the Python
+libraries once (under emulation) so every later run imports fast.  Python runs
+inside it through ``chroot`` in a private mount namespace (its /proc mount
+vanishes with the process), with the host kernel handing the foreign binaries to
+qemu through binfmt_misc.  All of that needs root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("CVMVM_PLATFORMS_CACHE") or Path.home() / ".cache" / "cvmvm-platforms")
+
+
+class Unavailable(Exception):
+    """This machine cannot provide the platform (a missing tool, no root, no binfmt entry)."""
+
+
+class BuildFailed(Exception):
+    """Building a root or a virtual environment failed."""
+
+
+# -- emulated architectures --------------------------------------------------
+
+@dataclass(frozen=True)
+class Arch:
+    name: str                   # Debian's architecture name
+    triplet: str                # multiarch library directory
+    qemu: str                   # binfmt_misc entry qemu-<qemu>
+    byteorder: str
+    # Links the skipped update-alternatives would make: name under /usr/lib/<triplet> -> target there.
+    libraries: tuple[tuple[str, str], ...]
+    # The CPU qemu emulates (QEMU_CPU): its default arm64 CPU authenticates pointers, which qemu
+    # emulates so slowly that Python runs ten times slower; a Neoverse N1 (a common server core) does not.
+    cpu: str | None = None
+    extra: tuple[str, ...] = ()
+
+
+# s390x runs OpenBLAS (its own z/Architecture kernels), arm64 the reference BLAS:
+# with the host's OpenBLAS that is three BLAS builds behind the exact GEMM paths.
+OPENBLAS = (("libblas.so.3", "openblas-pthread/libblas.so.3"), ("liblapack.so.3", "openblas-pthread/liblapack.so.3"),
+            ("libopenblas.so.0", "openblas-pthread/libopenblas.so.0"))
+REFERENCE_BLAS = (("libblas.so.3", "blas/libblas.so.3"), ("liblapack.so.3", "lapack/liblapack.so.3"))
+ARCHES: tuple[Arch, ...] = (
+    Arch("s390x", "s390x-linux-gnu", "s390x", "big", OPENBLAS, extra=("libopenblas0-pthread",)),
+    Arch("arm64", "aarch64-linux-gnu", "aarch64", "little", REFERENCE_BLAS, cpu="neoverse-n1"),
+)
+ARCH_BY_NAME = {a.name: a for a in ARCHES}
+
+# trixie first (its cryptography meets the >= 41 the project asks for; bookworm's is 38);
+# forky when a mirror's trixie index for an architecture does not verify.
+SUITES = ("trixie", "forky")
+PACKAGES = ("python3", "python3-numpy", "python3-msgpack", "python3-cryptography",
+            "python3-pytest", "python3-hypothesis")
+EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
+ROOT_RECIPE_VERSION = 2  # bump when the build steps below change, so cached roots are rebuilt
+STAMP = "cvmvm-root.json"
+# Copied into a root's /src for each session: what the tests read (no .git, no caches).
+SOURCE_SKIP = {".git", "__pycache__", ".hypothesis", ".pytest_cache", "build", "dist", "node_modules"}
+
+
+def check_emulation(arch: Arch) -> None:
+    """Raise Unavailable unless this machine can build and run a root of ``arch``."""
+    if os.geteuid() != 0:
+        raise Unavailable("building and entering Debian roots needs root (mmdebstrap --mode=root, chroot)")
+    for tool in ("mmdebstrap", "unshare", "chroot", "mount"):
+        if shutil.which(tool, path=_host_path()) is None:
+            raise Unavailable(f"{tool} is not installed (apt-get install mmdebstrap qemu-user-static binfmt-support)")
+    entry = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{arch.qemu}"
+    if not entry.exists() or not entry.read_text().startswith("enabled"):
+        raise Unavailable(f"binfmt_misc has no enabled {entry.name} entry (apt-get install qemu-user-static "
+                          f"binfmt-support; mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc; "
+                          f"update-binfmts --enable {entry.name})")
+
+
+def _host_path() -> str:
+    return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def root_recipe(arch: Arch) -> dict[str, Any]:
+    return {"version": ROOT_RECIPE_VERSION, "arch": arch.name, "suites": SUITES, "libraries": arch.libraries,
+            "packages": sorted(PACKAGES + arch.extra), "excludes": EXCLUDES}
+
+
+def root_for(arch: Arch, cache: Path) -> Path:
+    """A root of ``arch`` for the current recipe: the cached one, else a new one."""
+    key = hashlib.sha256(json.dumps(root_recipe(arch), sort_keys=True).encode()).hexdigest()[:12]
+    root = cache / f"root-{arch.name}-{key}"
+    if (root / STAMP).is_file():
+        return root
+    build_root(arch, root)
+    return root
+
+
+def build_root(arch: Arch, root: Path) -> None:
+    partial = root.with_name(root.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    suite, logs = None, []
+    for candidate in SUITES:
+        cmd = ["mmdebstrap", "--mode=root", "--variant=extract", f"--arch={arch.name}", "--quiet",
+               # a mirror may serve a snapshot whose Release has expired; the signatures still hold
+               "--aptopt=Acquire::Check-Valid-Until \"false\"",
+               "--include=" + ",".join(PACKAGES + arch.extra)]
+        cmd += [f"--dpkgopt=path-exclude={p}" for p in EXCLUDES]
+        run = subprocess.run(cmd + [candidate, str(partial)], capture_output=True, text=True,
+                             env=_host_env(), timeout=1200)
+        if run.returncode == 0:
+            suite = candidate
+            break
+        logs.append(f"{candidate}: {(run.stdout + run.stderr)[-1500:]}")
+        shutil.rmtree(partial, ignore_errors=True)
+    if suite is None:
+        raise BuildFailed(f"mmdebstrap could not build a {arch.name} root from any of {SUITES}:\n" + "\n".join(logs))
+    _finish_root(arch, partial)
+    libs = ["/usr/lib/python3"] + ["/" + p.relative_to(partial).as_posix()
+                                   for p in sorted((partial / "usr" / "lib").glob("python3.*"))]
+    compile_run = run_in_root(partial, ["-m", "compileall", "-q", "-j", "0", *libs], arch=arch, timeout=1800)
+    if compile_run.returncode != 0:
+        raise BuildFailed(f"byte-compiling the {arch.name} root failed:\n{compile_run.stderr[-3000:]}")
+    (partial / STAMP).write_text(json.dumps({"suite": suite, **root_recipe(arch)}, sort_keys=True))
+    shutil.rmtree(root, ignore_errors=True)
+    partial.rename(root)
+
+
+def _finish_root(arch: Arch, root: Path) -> None:
+    """What the skipped maintainer scripts would have left that Python needs."""
+    for d in ("bin", "lib", "sbin"):
+        if not (root / d).exists() and not (root / d).is_symlink():
+            (root / d).symlink_to(f"usr/{d}")
+    for d in ("proc", "src"):
+        (root / d).mkdir(exist_ok=True)
+    (root / "tmp").mkdir(exist_ok=True)
+    os.chmod(root / "tmp", 0o1777)
+    libdir = root / "usr" / "lib" / arch.triplet
+    for name, target in arch.libraries:
+        if not (libdir / target).exists():
+            raise BuildFailed(f"{arch.name} root has no {(libdir / target).relative_to(root)}")
+        link = libdir / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target)
+
+
+def root_suite(root: Path) -> str:
+    return json.loads((root / STAMP).read_text())["suite"]
+
+
+def stage_source(root: Path) -> None:
+    """A fresh copy of this checkout at the root's /src."""
+    dest = root / "src"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(REPO, dest, symlinks=True,
+                    ignore=lambda d, names: [n for n in names if n in SOURCE_SKIP or n.endswith(".egg-info")])
+
+
+# Runs on the host side of the private mount namespace: mount /proc, then enter the root.
+_ENTER = r'''
+root=$1; shift
+mount -t proc proc "$root/proc" || exit 97
+exec chroot "$root" /usr/bin/python3 "$@"
+'''
+
+# Runs first inside the root: Debian's python3 has no shell around it, so it changes directory itself.
+_BOOT = ("import os, runpy, sys; os.chdir('/src'); sys.argv = sys.argv[1:]; "
+         "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+
+
+def run_in_root(root: Path, args: Sequence[str], *, arch: Arch, env: dict[str, str] | None = None,
+                timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run Debian's python3 inside ``root`` with ``args``; ``-m module ...`` runs from /src."""
+    args = list(args)
+    if args[:1] == ["-m"]:
+        args = ["-c", _BOOT, *args[1:]]
+    full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
+                "PYTHONPATH": "/src"}
+    if arch.cpu:
+        full_env["QEMU_CPU"] = arch.cpu
+    full_env.update(env or {})
+    cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _ENTER, "sh", str(root), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def _host_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "TMPDIR", "http_proxy", "https_proxy")}
+    env["PATH"] = _host_path()
+    return env
+
+
+# -- other Pythons and numpy versions -----------------------------------------
+
+PYTHON_MINORS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def find_python(minor: str) -> Path:
+    """An interpreter of this minor version: ``python3.X`` on PATH, else pyenv's."""
+    candidates = []
+    on_path = shutil.which(f"python{minor}")
+    if on_path:
+        candidates.append(Path(on_path))
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates += sorted((pyenv_root / "versions").glob(f"{minor}.*/bin/python{minor}"), reverse=True)
+    for c in candidates:
+        probe = subprocess.run([str(c), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.strip() == minor:
+            return c
+    raise Unavailable(f"no Python {minor} on PATH or under {pyenv_root}/versions")
+
+
+def numpy_floor() -> str:
+    """The oldest numpy pyproject.toml allows (the ``numpy>=X.Y`` dependency)."""
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    m = re.search(r'"numpy>=([0-9.]+)', text)
+    if not m:
+        raise BuildFailed("pyproject.toml has no numpy>=X dependency")
+    return m.group(1)
+
+
+def _pip(venv: Path) -> list[str]:
+    return [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "--no-input"]
+
+
+def venv_for(python: Path, minor: str, which: str, cache: Path) -> Path:
+    """A venv of ``python`` with numpy's oldest installable (``which="oldest"``) or newest release
+    for that interpreter, and the other runtime dependencies' newest (wheels only)."""
+    venv = cache / f"venv-py{minor}-numpy-{which}"
+    if (venv / "cvmvm-venv.json").is_file():
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    made = subprocess.run([str(python), "-m", "venv", str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise BuildFailed(f"python{minor} -m venv failed: {made.stderr[-2000:]}")
+    spec = "numpy" if which == "newest" else _oldest_numpy(venv)
+    got = subprocess.run(_pip(venv) + ["install", "--quiet", "--only-binary=:all:", spec, "msgpack", "cryptography"],
+                         capture_output=True, text=True, timeout=900)
+    if got.returncode != 0:
+        raise BuildFailed(f"pip install {spec} for Python {minor} failed: {got.stderr[-2000:]}")
+    (venv / "cvmvm-venv.json").write_text(json.dumps({"numpy": spec}))
+    return venv
+
+
+def _oldest_numpy(venv: Path) -> str:
+    """The oldest numpy release series >= pyproject's floor with a wheel for this venv's Python."""
+    floor = tuple(int(x) for x in numpy_floor().split(".")[:2])
+    listed = subprocess.run(_pip(venv) + ["index", "versions", "numpy"], capture_output=True, text=True, timeout=300)
+    series = sorted({tuple(int(x) for x in v.split(".")[:2])
+                     for v in re.findall(r"\b(\d+\.\d+)\.\d+\b", listed.stdout.partition("Available versions:")[2])})
+    for major, minor in (s for s in series if s >= floor):
+        spec = f"numpy=={major}.{minor}.*"
+        probe = subprocess.run(_pip(venv) + ["install", "--dry-run", "--quiet", "--only-binary=:all:", spec],
+                               capture_output=True, text=True, timeout=300)
+        if probe.returncode == 0:
+            return spec
+    raise BuildFailed(f"no numpy >= {numpy_floor()} has a wheel for {venv}")
+
+
+def run_records(python: Sequence[str], env: dict[str, str] | None = None, timeout: float = 900) -> dict[str, Any]:
+    """``python -m tests.records`` with a host interpreter, parsed."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "OPENBLAS", "OMP_", "MKL_"))}
+    full_env["PYTHONPATH"] = str(REPO)
+    full_env.update(env or {})
+    run = subprocess.run([*python, "-m", "tests.records"], cwd=REPO, capture_output=True, text=True,
+                         env=full_env, timeout=timeout)
+    if run.returncode != 0:
+        raise BuildFailed(f"{' '.join(python)} -m tests.records failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout)
+
+
+def differences(want: dict[str, Any], got: dict[str, Any], limit: int = 20) -> list[str]:
+    """Each record id whose computed values differ, with the first differing field."""
+    out = []
+    for key in sorted(set(want) | set(got)):
+        if key not in got:
+            out.append(f"{key}: missing")
+        elif key not in want:
+            out.append(f"{key}: not computed by the host")
+        elif want[key] != got[key]:
+            a, b = want[key], got[key]
+            fields = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) if isinstance(a, dict) else []
+            f = fields[0] if fields else None
+            out.append(f"{key}: {f} host {a.get(f) if f else a!r:.80} != {b.get(f) if f else b!r:.80}")
+        if len(out) >= limit:
+            out.append("...")
+            break
+    return out
+
+
+_PROGRESS = re.compile(r"[.sxXFE]+\s*(\[\s*\d+%\])?")
+
+
+def pytest_summary(output: str, limit: int = 6000) -> str:
+    """A pytest run's output without its progress lines: the failures and the counts."""
+    lines = [line for line in output.splitlines() if not _PROGRESS.fullmatch(line.strip())]
+    return "\n".join(lines)[-limit:]
+
+
+# What the test output reports about every platform that ran (tests/conftest.py prints it).
+SEEN: list[str] = []
+
+
+def describe(label: str, info: dict[str, Any]) -> str:
+    return (f"{label}: {info['machine']} ({info['byteorder']}-endian), Python {info['python']}, "
+            f"numpy {info['numpy']}, BLAS {', '.join(info['blas']) or 'none loaded'} "
+            f"(threads {info['blas_threads']})")
+
+
+def temp_cache() -> Path:
+    return Path(tempfile.mkdtemp(prefix="cvmvm-platforms-"))

@@ -1,0 +1,94 @@
+"""Same bytes on every architecture: s390x (big-endian) and arm64 roots under qemu-user emulation.
+
+Each root runs tests/records.py -- every golden fixture, the demo, every refused reference case --
+and its result must equal the host's byte for byte; then the tests below run there too.
+Skip locally with ``-m 'not platforms'``; under CI a platform that cannot run fails.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests import platforms
+
+pytestmark = pytest.mark.platforms
+
+# Run under emulation besides the records: every reference vector and golden, the
+# determinism tests, and the codecs (byte order lives in the formats).
+EMULATED_TESTS = ("tests/test_vectors.py", "tests/test_fixtures.py", "tests/test_determinism.py",
+                  "tests/test_maxpool.py", "tests/test_conversion.py", "tests/test_cortex_format.py",
+                  "tests/test_native_format.py", "tests/test_hashing.py")
+
+
+@dataclass
+class ArchRun:
+    suite: str
+    records: dict[str, Any] | None
+    records_error: str
+    pytest_exit: int
+    pytest_tail: str
+
+
+def _run_arch(arch: platforms.Arch, cache) -> ArchRun:
+    root = platforms.root_for(arch, cache)
+    platforms.stage_source(root)
+    rec = platforms.run_in_root(root, ["-m", "tests.records"], arch=arch, timeout=1800)
+    records = json.loads(rec.stdout) if rec.returncode == 0 else None
+    tests = platforms.run_in_root(root, ["-m", "pytest", "-q", "-rfE", "--tb=short", "-m", "not platforms",
+                                         *EMULATED_TESTS], arch=arch, timeout=3600)
+    return ArchRun(platforms.root_suite(root), records, rec.stderr[-3000:], tests.returncode,
+                   platforms.pytest_summary(tests.stdout + tests.stderr))
+
+
+@pytest.fixture(scope="module")
+def emulated() -> dict[str, ArchRun | BaseException]:
+    """Both architectures, built and run concurrently (qemu runs each process on one core)."""
+    try:
+        for arch in platforms.ARCHES:
+            platforms.check_emulation(arch)
+    except platforms.Unavailable as e:
+        if platforms.in_ci():
+            pytest.fail(f"cross-architecture tests cannot run in CI: {e}", pytrace=False)
+        pytest.skip(f"cross-architecture tests cannot run here ({e}); under CI this fails")
+    cache = platforms.temp_cache() if platforms.in_ci() else platforms.cache_dir()
+    out: dict[str, ArchRun | BaseException] = {}
+    with ThreadPoolExecutor(len(platforms.ARCHES)) as pool:
+        futures = {a.name: pool.submit(_run_arch, a, cache) for a in platforms.ARCHES}
+        for name, f in futures.items():
+            try:
+                out[name] = f.result()
+            except Exception as e:  # reported by each test, not lost in the fixture
+                out[name] = e
+    yield out
+    if platforms.in_ci():
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _get(emulated, name: str) -> ArchRun:
+    run = emulated[name]
+    if isinstance(run, BaseException):
+        pytest.fail(f"{name}: {type(run).__name__}: {run}", pytrace=False)
+    return run
+
+
+@pytest.mark.parametrize("name", [a.name for a in platforms.ARCHES])
+def test_same_bytes_as_the_host(emulated, host_records, name):
+    run = _get(emulated, name)
+    assert run.records is not None, f"{name}: tests/records.py failed:\n{run.records_error}"
+    info = run.records["platform"]
+    platforms.SEEN.append(platforms.describe(f"{name} (Debian {run.suite}, qemu)", info))
+    assert info["byteorder"] == platforms.ARCH_BY_NAME[name].byteorder
+    diff = platforms.differences(host_records["records"], run.records["records"])
+    assert not diff, f"{name} computes different bytes:\n" + "\n".join(diff)
+
+
+@pytest.mark.parametrize("name", [a.name for a in platforms.ARCHES])
+def test_tests_pass_under_emulation(emulated, name):
+    run = _get(emulated, name)
+    assert run.pytest_exit == 0, f"{name}: pytest {' '.join(EMULATED_TESTS)} failed:\n{run.pytest_tail}"
