@@ -13,24 +13,33 @@ Shape = tuple[int, ...]
 
 INT32 = "int32"
 
-# Every dtype a cvmvm tensor may have, each with its explicit little-endian numpy form.
+# Every dtype a cvmvm tensor may have, as the VM computes with it: numpy's native byte order,
+# which is what every kernel produces on the machine it runs on (">i4" on s390x, "<i4" on x86_64).
 # Only int32 carries a precision; the others exist for max_pool (MAXPOOL.md).
 DTYPES: dict[str, np.dtype] = {
-    "int8": np.dtype("i1"),
-    "uint8": np.dtype("u1"),
-    "int32": np.dtype("<i4"),
-    "int64": np.dtype("<i8"),
-    "float16": np.dtype("<f2"),
-    "float32": np.dtype("<f4"),
-    "float64": np.dtype("<f8"),
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+    "float16": np.dtype(np.float16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
 }
 
+# The same dtypes as bytes: every format and every hash is little-endian, whatever the host.
+# Decoders read these and convert to DTYPES; encoders convert to these.
+WIRE_DTYPES: dict[str, np.dtype] = {name: dt.newbyteorder("<") for name, dt in DTYPES.items()}
+
 # The VM dtype of each numpy dtype, byte order aside.
-_VM_DTYPES: dict[np.dtype, str] = {dt.newbyteorder("<"): name for name, dt in DTYPES.items()}
+_VM_DTYPES: dict[np.dtype, str] = {dt: name for name, dt in WIRE_DTYPES.items()}
 
 
 def vm_dtype(dtype: np.dtype) -> str | None:
-    """The VM dtype name of a numpy dtype (either byte order), or None when the VM has none."""
+    """The VM dtype name of a numpy dtype (either byte order), or None when the VM has none.
+
+    The one way to compare dtypes: ``value.dtype == np.dtype("<i4")`` is false on a
+    big-endian host for the very arrays the VM computes.
+    """
     return _VM_DTYPES.get(np.dtype(dtype).newbyteorder("<"))
 
 

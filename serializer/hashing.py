@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from isa.types import DTYPES, vm_dtype
+from isa.types import WIRE_DTYPES, vm_dtype
 
 TENSOR_TAG = b"cvmvm/tensor/v1\x00"
 OUTPUTS_TAG = b"cvmvm/outputs/v1\x00"
@@ -43,7 +43,7 @@ def canonical_array(value: np.ndarray, dtype: str) -> np.ndarray:
 
     Not ``np.ascontiguousarray``: that turns a 0-d array into shape (1,).
     """
-    return np.asarray(value, dtype=DTYPES[dtype].newbyteorder("<"), order="C")
+    return np.asarray(value, dtype=WIRE_DTYPES[dtype], order="C")
 
 
 def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:

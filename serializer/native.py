@@ -19,7 +19,7 @@ import numpy as np
 
 from isa.errors import InternalError, InvalidError
 from isa.table import ISA_VERSION, OPCODE, OPS
-from isa.types import DTYPES, INT32, TensorType
+from isa.types import INT32, TensorType, vm_dtype
 from serializer import strict
 from serializer.model import Input, Instr, Model, Param, Scales
 from serializer.strict import Reader, attrs_to_wire, tensor_data
@@ -48,7 +48,7 @@ def _storage(value: np.ndarray, dtype: str) -> str:
 def _param_wire(p: Param) -> dict[str, Any]:
     # Encoding casts to the storage dtype; a value of another dtype than its
     # type says would be wrapped silently, so it is refused.
-    if p.value.dtype != DTYPES[p.type.dtype] or tuple(p.value.shape) != p.type.shape:
+    if vm_dtype(p.value.dtype) != p.type.dtype or tuple(p.value.shape) != p.type.shape:
         raise InternalError("param", f"param {p.name}: value {p.value.dtype}{p.value.shape} does not match {p.type}")
     storage = _storage(p.value, p.type.dtype)
     return {"name": p.name, "dtype": p.type.dtype, "shape": list(p.type.shape),

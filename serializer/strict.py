@@ -19,7 +19,7 @@ import numpy as np
 
 from isa.attrs import INTS, attr_fields, parse_attrs, well_typed
 from isa.errors import CvmError, InvalidError, LimitError, MalformedError
-from isa.types import DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, shape_size, vm_dtype
+from isa.types import DTYPES, INT32, WIRE_DTYPES, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, shape_size, vm_dtype
 
 MAX_ITEMS = 1 << 20       # items in any msgpack array
 MAX_KEYS = 64             # entries in any msgpack map
@@ -127,7 +127,7 @@ class Reader:
               storage: builtins.str | None = None) -> np.ndarray:
         """Row-major little-endian bytes of ``storage`` (default: ``dtype``) -> a read-only array
         of ``dtype``; the length is checked before any array is built."""
-        wire = DTYPES[storage or dtype].newbyteorder("<")
+        wire = WIRE_DTYPES[storage or dtype]
         data = self.bin(data, where, shape_size(shape) * wire.itemsize)
         value = np.frombuffer(data, dtype=wire).reshape(shape).astype(DTYPES[dtype], copy=False)
         value.setflags(write=False)
@@ -159,7 +159,7 @@ def attrs_to_wire(record: Any) -> dict[str, Any]:
 
 def tensor_data(value: np.ndarray, dtype: str) -> bytes:
     """Row-major little-endian bytes of ``value`` in ``dtype`` (the bytes its tensor hash covers)."""
-    return np.ascontiguousarray(value, dtype=DTYPES[dtype].newbyteorder("<")).tobytes()
+    return np.ascontiguousarray(value, dtype=WIRE_DTYPES[dtype]).tobytes()
 
 
 def tensor_to_wire(value: np.ndarray) -> dict[str, Any]:

@@ -127,6 +127,32 @@ def test_left_shift_works():
     np.testing.assert_array_equal(out, arr([[48, -32, 0], [2032, -2032, 16]]))
 
 
+@pytest.mark.parametrize("p_in, shift_bit", [(2, 30), (16, 16), (31, 1)])
+def test_left_shift_of_negatives_at_the_precision_edge(p_in, shift_bit):
+    # p_in + b = 32: the largest products the precision rule lets through, negatives included
+    # (a left shift of a negative value is undefined in C; the kernel multiplies).
+    top = 2 ** (p_in - 1) - 1
+    x = arr([top, -top, -1, 1, 0])
+    want = [v * 2 ** shift_bit for v in (top, -top, -1, 1, 0)]
+    out = run1("cvm_left_shift", [x], {"precision": 32, "shift_bit": shift_bit}, [p_in])
+    assert out.tolist() == want
+    bound = 2 ** 30 - 1
+    out = run1("cvm_left_shift", [x], {"precision": 31, "shift_bit": shift_bit}, [p_in])
+    assert out.tolist() == [min(max(v, -bound), bound) for v in want]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_right_shift_is_arithmetic(dtype):
+    # The right-shift kernel's >> must copy the sign bit (floor division by 2^k) on every
+    # platform: C leaves it implementation-defined, so this pins numpy's behaviour wherever
+    # the tests run (x86_64, and s390x and arm64 under tests/test_platforms.py).
+    info = np.iinfo(dtype)
+    values = [info.min, info.min + 1, -(2 ** 20) - 1, -3, -2, -1, 0, 1, 2, 3, info.max - 1, info.max]
+    x = np.array(values, dtype=dtype)
+    for k in range(info.bits):
+        assert np.right_shift(x, dtype(k)).tolist() == [v // 2 ** k for v in values], f"shift by {k}"
+
+
 # -- precision rules and boundary tables -------------------------------------
 
 @pytest.mark.parametrize("name, attrs, precisions, expected", [

@@ -132,7 +132,7 @@ def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
         shape = getattr(value, "shape", None)
         raise InternalError("shape", f"{where}: kernel produced shape {shape}, verified {t.shape}")
     if t.dtype == INT32 and t.precision is not None:
-        if value.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        if vm_dtype(value.dtype) not in (INT32, "int64"):
             raise InternalError("dtype", f"{where}: kernel produced {value.dtype}, verified int32")
         if value.size:
             bound = precision_bound(t.precision)
@@ -141,9 +141,9 @@ def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
                 raise InternalError("precision", f"{where}: value {lo if lo < -bound else hi} outside "
                                                  f"inferred precision {t.precision}")
         return np.ascontiguousarray(value, dtype=np.int32)
-    if value.dtype != DTYPES[t.dtype]:
+    if vm_dtype(value.dtype) != t.dtype:
         raise InternalError("dtype", f"{where}: kernel produced {value.dtype}, verified {t.dtype}")
-    return np.ascontiguousarray(value)
+    return np.ascontiguousarray(value, dtype=DTYPES[t.dtype])
 
 
 def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorObserver | None = None,

@@ -19,7 +19,8 @@ import numpy as np
 from isa.errors import InputError, InternalError, InvalidError, LimitError, Rejected
 from isa.spec import OpDef, int32_only
 from isa.table import OP_BY_NAME
-from isa.types import DTYPES, INT32, MAX_OPS, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound
+from isa.types import (DTYPES, INT32, MAX_OPS, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound,
+                       vm_dtype)
 from serializer.model import Input, Instr, Model, Param, Scales
 
 MAX_BASE_COST = 1 << 30
@@ -116,7 +117,7 @@ def check_tensor_type(t: TensorType, what: str) -> None:
 
 
 def check_param_value(name: str, t: TensorType, value: np.ndarray) -> None:
-    if value.dtype != DTYPES[t.dtype] or tuple(value.shape) != t.shape:
+    if vm_dtype(value.dtype) != t.dtype or tuple(value.shape) != t.shape:
         raise InternalError("param", f"param {name}: value {value.dtype}{value.shape} does not match {t}")
     if t.precision is not None and value.size:
         bound = precision_bound(t.precision)

@@ -25,7 +25,8 @@ from isa.attrs import BOOL, INT, INT32_MAX, attr, between, one_of
 from isa.errors import InvalidError, require
 from isa.reference import elemwise as reference
 from isa.spec import OpDef, fixed, no_scratch, per_output, same_precision, same_shape, scratch_per_output, unit_cost
-from isa.types import MAX_PRECISION, MIN_PRECISION, Shape, TensorType, number_precision, precision_bound
+from isa.types import (MAX_PRECISION, MIN_PRECISION, Shape, TensorType, clip_to_precision, number_precision,
+                       precision_bound)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,10 @@ def right_shift_scratch(a: RightShiftAttrs, inputs: tuple[TensorType, ...], outp
 def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray, *, plan: RightShiftPlan) -> tuple[np.ndarray, ...]:
     """Y = clip(((X >> (b-1)) + 1) >> 1): divide by 2^b, round half toward +inf.
 
+    ``>>`` here is numpy's right_shift on int32, an arithmetic shift: it copies the
+    sign bit, so X >> k = floor(X / 2^k) for negative X too (C leaves the sign fill
+    implementation-defined; every compiler numpy supports fills with the sign, and
+    tests/test_ops_elemwise.py pins it on every platform the tests run on).
     The same floor two ways, both in int32: (X + 2^(b-1)) >> b when that sum
     fits, else T >> 1 plus T's low bit, T = X >> (b-1), which cannot overflow:
     so X = 2^31 - 1 with b = 1 rounds to 2^30 instead of wrapping, and b >= 31
@@ -266,15 +271,15 @@ def left_shift_precision(a: LeftShiftAttrs, x: TensorType) -> tuple[int, ...]:
 
 
 def left_shift_kernel(a: LeftShiftAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Y = clip(X * 2^b); p_in + b <= 32 keeps X * 2^b inside int32 before the clip."""
-    y = np.left_shift(x, np.int32(a.shift_bit))
-    bound = precision_bound(a.precision)
-    y.clip(np.int32(-bound), np.int32(bound), out=y)
-    return (y,)
+    """Y = clip(X * 2^b), a multiply and not ``<<``: C (and numpy, which compiles to it) leaves a
+    left shift of a negative value undefined.  The factor is int64, since 2^31 is not an int32;
+    p_in + b <= 32 bounds the product below 2^31 anyway."""
+    y = np.multiply(x, np.int64(1 << a.shift_bit), dtype=np.int64)
+    return (clip_to_precision(y, a.precision),)
 
 
 CVM_LEFT_SHIFT = OpDef("cvm_left_shift", LeftShiftAttrs, fixed("data"), ("output",),
                        shape=same_shape, precision=left_shift_precision, cost=unit_cost,
                        kernel=left_shift_kernel, reference=reference.cvm_left_shift,
-                       work=per_output(1), scratch=no_scratch)
+                       work=per_output(3), scratch=scratch_per_output(16))   # the int64 product and its clip
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from isa.errors import MalformedError
-from isa.types import MAX_RANK, shape_size
+from isa.types import DTYPES, INT32, MAX_RANK, WIRE_DTYPES, shape_size
 
 PARAMS_MAGIC = 0xF7E58D4F05049CB7
 ARRAY_MAGIC = 0xDD5E40F096B4A13F
@@ -105,9 +105,11 @@ def _read_array(cur: _Cursor, name: str) -> ParamArray:
     if nbytes != count * bits // 8:
         raise MalformedError("params", f"{what}: byte size {nbytes} must be {count} x {bits // 8}")
     start = cur.take(nbytes, f"the {what} data")
-    raw = np.frombuffer(cur.data, dtype=np.dtype("i1") if bits == 8 else np.dtype("<i4"), count=count, offset=start)
-    # int8 is sign-extended; little-endian int32 is already the native int32 on the hosts we run on (no copy).
-    values = raw.astype(np.int32, copy=False).reshape(shape)
+    wire = WIRE_DTYPES["int8"] if bits == 8 else WIRE_DTYPES[INT32]   # the file is little-endian
+    raw = np.frombuffer(cur.data, dtype=wire, count=count, offset=start)
+    # To the VM's int32: int8 sign-extends; little-endian int32 is byte-swapped on a
+    # big-endian host and taken without a copy on a little-endian one.
+    values = raw.astype(DTYPES[INT32], copy=False).reshape(shape)
     values.flags.writeable = False
     return ParamArray(bits, values)
 
@@ -127,8 +129,8 @@ def _array_bytes(name: str, value: np.ndarray, bits: int) -> bytes:
     if bits == 8:
         if value.size and (int(value.min()) < -128 or int(value.max()) > 127):
             raise ValueError(f"param {name!r}: the layout stores it as int8, but its values do not fit")
-        data = value.astype(np.dtype("i1")).tobytes()
+        data = value.astype(WIRE_DTYPES["int8"]).tobytes()
     else:
-        data = value.astype(np.dtype("<i4")).tobytes()
+        data = value.astype(WIRE_DTYPES[INT32]).tobytes()
     return (struct.pack(ARRAY_HEADER, ARRAY_MAGIC, 0, DEVICE_CPU, 0, value.ndim, TYPE_CODE_INT, bits, 1)
             + struct.pack(f"<{value.ndim}q", *value.shape) + struct.pack("<q", len(data)) + data)
