@@ -27,6 +27,11 @@ KINDS = (INT, BOOL, INTS, OPT_INT, STR)
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 
+# Every name a dtype attribute of the Cortex runtime parses (its DMLC_DECLARE_DTYPE_FIELD enum,
+# in declaration order); anything else fails its attribute parser.
+RUNTIME_DTYPE_NAMES = ("float16", "float32", "float64", "uint8", "uint16", "uint32", "uint64",
+                       "int8", "int16", "int32", "int64")
+
 
 @dataclass(frozen=True)
 class Domain:

@@ -2,7 +2,8 @@
 
 An op's code is its index here; codes are part of the native format (the
 `isa` version in every model file), so an op is only ever appended, and any
-other change to this table, or to an op's attribute list, bumps ISA_VERSION.
+other change to this table, to an op's attribute list, or to the values an
+attribute accepts, bumps ISA_VERSION.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from isa.ops.transform import (CONCATENATE, CVM_LUT, EXPAND_DIMS, FLATTEN, REPEA
 from isa.ops.vision import GET_VALID_COUNTS, NON_MAX_SUPPRESSION
 from isa.spec import OpDef
 
-ISA_VERSION = 1
+# 2: is_sign false (cvm_clip, cvm_right_shift, cvm_left_shift) and every runtime dtype name on sum/max
+# are accepted, as the Cortex runtime accepts them (docs/PARITY.md).
+ISA_VERSION = 2
 
 OPS: tuple[OpDef, ...] = (
     RELU,                 # 0

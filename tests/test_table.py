@@ -16,7 +16,7 @@ PINNED = ("relu abs negative cvm_precision elemwise_add elemwise_sub clip cvm_cl
 
 
 def test_op_codes_are_pinned():
-    assert ISA_VERSION == 1
+    assert ISA_VERSION == 2
     assert [op.name for op in OPS] == PINNED
     assert OPCODE == {name: i for i, name in enumerate(PINNED)}
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isa.attrs import BOOL, INT, INT32_MAX, attr, between, one_of
+from isa.attrs import ANY_BOOL, BOOL, INT, INT32_MAX, attr, between
 from isa.errors import InvalidError, require
 from isa.reference import elemwise as reference
 from isa.spec import OpDef, fixed, no_scratch, per_output, same_precision, same_shape, scratch_per_output, unit_cost
@@ -163,8 +163,8 @@ CLIP = OpDef("clip", ClipAttrs, fixed("data"), ("output",),
 @dataclass(frozen=True)
 class CvmClipAttrs:
     precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
-    # Accepted and ignored, as by every Cortex kernel: the CVM is signed throughout.
-    is_sign: bool = attr(BOOL, one_of(True), True)
+    # Kept and ignored, as by both Cortex devices: the CVM is signed throughout (docs/PARITY.md).
+    is_sign: bool = attr(BOOL, ANY_BOOL, True)
 
 
 def cvm_clip_precision(a: CvmClipAttrs, x: TensorType) -> tuple[int, ...]:
@@ -189,8 +189,8 @@ CVM_CLIP = OpDef("cvm_clip", CvmClipAttrs, fixed("data"), ("output",),
 class RightShiftAttrs:
     precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
     shift_bit: int = attr(INT, between(1, 32))
-    # Accepted and ignored, as by every Cortex kernel: the CVM is signed throughout.
-    is_sign: bool = attr(BOOL, one_of(True), True)
+    # Kept and ignored, as by both Cortex devices: the CVM is signed throughout (docs/PARITY.md).
+    is_sign: bool = attr(BOOL, ANY_BOOL, True)
 
 
 def right_shift_precision(a: RightShiftAttrs, x: TensorType) -> tuple[int, ...]:
@@ -260,8 +260,8 @@ CVM_RIGHT_SHIFT = OpDef("cvm_right_shift", RightShiftAttrs, fixed("data"), ("out
 class LeftShiftAttrs:
     precision: int = attr(INT, between(MIN_PRECISION, MAX_PRECISION))     # required, as in Cortex
     shift_bit: int = attr(INT, between(1, 32))
-    # Accepted and ignored, as by every Cortex kernel: the CVM is signed throughout.
-    is_sign: bool = attr(BOOL, one_of(True), True)
+    # Kept and ignored, as by both Cortex devices: the CVM is signed throughout (docs/PARITY.md).
+    is_sign: bool = attr(BOOL, ANY_BOOL, True)
 
 
 def left_shift_precision(a: LeftShiftAttrs, x: TensorType) -> tuple[int, ...]:

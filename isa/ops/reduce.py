@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from isa.attrs import ANY_BOOL, ANY_INT32, BOOL, INTS, STR, attr, each, one_of
+from isa.attrs import ANY_BOOL, ANY_INT32, BOOL, INTS, RUNTIME_DTYPE_NAMES, STR, attr, each, one_of
 from isa.errors import require
 from isa.reference import reduce as reference
 from isa.spec import OpDef, fixed, normalize_axis, same_precision, unit_cost
@@ -30,8 +30,9 @@ class ReduceAttrs:
     axis: tuple[int, ...] = attr(INTS, each(ANY_INT32, 0, MAX_RANK), ())
     keepdims: bool = attr(BOOL, ANY_BOOL, False)
     exclude: bool = attr(BOOL, ANY_BOOL, False)
-    # The runtime's output dtype attribute; the CVM computes in int32 only.
-    dtype: str = attr(STR, one_of("int32"), "int32")
+    # The runtime's "target data type": any name of its dtype enum parses, and both
+    # devices compute int32 whatever it says; kept and ignored (docs/PARITY.md).
+    dtype: str = attr(STR, one_of(*RUNTIME_DTYPE_NAMES), "int32")
 
 
 def reduced_axes(a: ReduceAttrs, ndim: int) -> tuple[int, ...]:
