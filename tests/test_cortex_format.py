@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from isa.attrs import parse_attrs
 from isa.errors import CvmError
 from isa.table import OP_BY_NAME, OPS
-from isa.types import TensorType
+from isa.types import DTYPES, INT32, TensorType
 from serializer import cortex, limits
 from serializer.cortex import CortexLayout, graph_to_json_bytes, op_name, read_cortex, write_cortex
 from serializer.model import Input, Instr, Model, Param
@@ -634,7 +634,7 @@ def test_int8_and_int32_params():
         p = blob([("y", np.array(values), bits)])
         m = read_cortex(g, p)
         assert m.params[0].value.tolist() == values
-        assert m.params[0].value.dtype == np.dtype("<i4")
+        assert m.params[0].value.dtype == DTYPES[INT32]   # the VM's (native) int32, whatever the file's byte order
         assert write_cortex(m) == (g, p)      # the stored width is kept
 
 
@@ -867,7 +867,7 @@ def test_reference_cases_read_the_same_from_json_bytes():
 def _same_values(a, b):
     assert len(a.params) == len(b.params)
     for p, q in zip(a.params, b.params):
-        assert np.array_equal(p.value, q.value) and q.value.dtype == np.dtype("<i4"), p.name
+        assert np.array_equal(p.value, q.value) and q.value.dtype == DTYPES[INT32], p.name
 
 
 def test_reference_cases_canonical_form_reads_back_equal():

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from isa.attrs import parse_attrs
 from isa.errors import CvmError
 from isa.table import ISA_VERSION, OP_BY_NAME, OPCODE, OPS
-from isa.types import TensorType
+from isa.types import DTYPES, INT32, TensorType
 from serializer import native
 from serializer.model import Input, Instr, Model, Param
 
@@ -359,7 +359,7 @@ def test_int32_param_storage(values, storage):
 
 def test_int8_storage_sign_extends_on_load():
     back = native.decode(native.encode(one_param(i32([-128, -1, 127]), TensorType((3,), 9))))
-    assert back.params[0].value.dtype == np.dtype("<i4")
+    assert back.params[0].value.dtype == DTYPES[INT32]
     assert back.params[0].value.tolist() == [-128, -1, 127]
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import cvmvm
+from isa.types import DTYPES, INT32
 from tests.reference import case_inputs, case_params, cvm_cases
 
 CASES = cvm_cases()
@@ -29,7 +30,7 @@ def test_reference_case(case):
     assert len(result.outputs) == len(expect["outputs"])
     for k, (got, want) in enumerate(zip(result.outputs, expect["outputs"])):
         assert list(got.shape) == want["shape"], f"output {k} shape"
-        assert got.dtype == np.dtype("<i4")
+        assert got.dtype == DTYPES[INT32]   # the VM's int32 (native byte order)
         assert hashlib.sha256(got.astype("<i4").tobytes()).hexdigest() == want["sha256"], f"output {k} values"
         if want["precision"] is not None:
             assert model.output_types[k].precision == want["precision"], f"output {k} precision"
