@@ -117,13 +117,18 @@ def test_a_dtype_the_runtime_does_not_parse_is_refused(func, dtype):
     assert e.value.code == "invalid.attr"
 
 
-@pytest.mark.parametrize("dtype", REFUSED_DTYPES)
-def test_a_native_model_with_an_unparsed_dtype_is_refused(dtype):
-    wire = native.to_wire(cortex_model("sum", op_attrs_text(REDUCE_OPS["sum"])).program.model)
-    wire["code"][0]["attrs"]["dtype"] = dtype
+def native_code(func: str, attrs: dict, attr: str, value) -> str:
+    """The error decoding a one-op native model whose ``attr`` is edited to ``value``."""
+    wire = native.to_wire(cortex_model(func, op_attrs_text(attrs)).program.model)
+    wire["code"][0]["attrs"][attr] = value
     with pytest.raises(CvmError) as e:
         native.decode(pack(wire))
-    assert e.value.code == "invalid.attr"
+    return e.value.code
+
+
+@pytest.mark.parametrize("dtype", REFUSED_DTYPES)
+def test_a_native_model_with_an_unparsed_dtype_is_refused(dtype):
+    assert native_code("sum", REDUCE_OPS["sum"], "dtype", dtype) == "invalid.attr"
 
 
 @pytest.mark.parametrize("spelling", ["yes", "2", "-1", "", "truee", "t"])
@@ -137,8 +142,4 @@ def test_is_sign_that_is_not_a_bool_is_refused(func, spelling):
 
 @pytest.mark.parametrize("value", [0, 1, "false", None])
 def test_a_native_is_sign_that_is_not_a_bool_is_refused(value):
-    wire = native.to_wire(cortex_model("cvm_clip", op_attrs_text(SHIFT_OPS["cvm_clip"])).program.model)
-    wire["code"][0]["attrs"]["is_sign"] = value
-    with pytest.raises(CvmError) as e:
-        native.decode(pack(wire))
-    assert e.value.code == "malformed.native"
+    assert native_code("cvm_clip", SHIFT_OPS["cvm_clip"], "is_sign", value) == "malformed.native"
