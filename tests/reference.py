@@ -47,6 +47,6 @@ def case_inputs(case: dict[str, Any], input_names: Any) -> dict[str, np.ndarray]
 
 
 def decode_array(b64: str, dtype: str, shape: list[int]) -> np.ndarray:
-    """Raw little-endian bytes (base64) -> array of the explicit little-endian dtype."""
-    dt = np.dtype(dtype).newbyteorder("<")
-    return np.frombuffer(base64.b64decode(b64), dtype=dt).reshape(shape)
+    """Raw little-endian bytes (base64) -> array of the VM's (native) dtype, as every decoder does."""
+    wire = np.dtype(dtype).newbyteorder("<")
+    return np.frombuffer(base64.b64decode(b64), dtype=wire).reshape(shape).astype(wire.newbyteorder("="))
