@@ -84,3 +84,13 @@ def test_blas_thread_count_does_not_change_any_hash(threads):
     got = [json.loads(line) for line in out.stdout.splitlines()]
     want = golden("perf")[:2] + golden("digits")[:4]
     assert got == want
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_uint64_input_saturates_in_either_byte_order(order):
+    # 2^64 - 1 must clip to the precision's top, not wrap to -1 through int64, whatever the byte order.
+    model = generate.load_fixture_model("digits")
+    x = generate.load_fixture_inputs("digits")[0]
+    big = np.where(x > 0, np.uint64(2**64 - 1), np.uint64(0)).astype(order + "u8")
+    top = np.where(x > 0, 2 ** (model.inputs["data"].precision - 1) - 1, 0).astype(np.int32)
+    assert generate.golden_record("u64", model, {"data": big}) == generate.golden_record("u64", model, {"data": top})

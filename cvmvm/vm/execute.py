@@ -68,7 +68,12 @@ def prepare_input(name: str, t: TensorType, value: object, scale: float | None =
         if value.dtype.kind not in "iu":
             hint = ", and the model gives this input no scale" if value.dtype.kind == "f" and scale is None else ""
             raise InputError("dtype", f"input {name}: dtype {value.dtype} is not an integer type{hint}")
-        wide = value.astype(np.int64) if value.dtype != np.uint64 else np.minimum(value, np.iinfo(np.int64).max).astype(np.int64)
+        # uint64 of either byte order (a '<u8' .npy on a big-endian host is not np.uint64) saturates
+        # at INT64_MAX first: cast directly, 2^64 - 1 would wrap to -1.
+        if value.dtype.kind == "u" and value.dtype.itemsize == 8:
+            wide = np.minimum(value, np.iinfo(np.int64).max).astype(np.int64)
+        else:
+            wide = value.astype(np.int64)
         if clipped is not None and wide.size:
             count = int(np.count_nonzero(wide < -bound)) + int(np.count_nonzero(wide > bound))
             if count:
