@@ -31,7 +31,7 @@ SCALED = b"\x88" + EXAMPLE[1:] + bytes.fromhex(
 def test_format_example_bytes_and_hash():
     model = with_scales(native.decode(EXAMPLE), [2.0 ** -6], [2.0 ** -5])
     assert native.encode(model) == SCALED
-    assert hashlib.sha256(SCALED).hexdigest() == "1ea8a1dc1eee2fc3be15e77dc00aaf036314c86e9bb12ed861b592c4ecc905e4"
+    assert hashlib.sha256(SCALED).hexdigest() == "80052ba384f904493e95ae025d87f9e0b646b41eca57be8414006be9559f1314"
     decoded = native.decode(SCALED)
     assert decoded.scales.inputs == (2.0 ** -6,) and decoded.scales.outputs == (2.0 ** -5,)
     assert native.is_native(SCALED) and native.is_native(EXAMPLE)
