@@ -4,7 +4,8 @@ Failure is part of the specification: every rejection carries a stable code
 ``<family>.<reason>`` that tests and callers match on; messages are for humans
 and may change.  One family per phase, as in the WebAssembly reference
 interpreter: bytes and structure (malformed), ISA rules (invalid), runtime
-inputs (input), budgets (limit), and VM bugs (internal); and one for the
+inputs (input), budgets (limit), VM bugs (internal), files that cannot be read
+or written (io); and one for the
 caller's own mistakes before any of those phases (usage: a bad command line or
 a bad argument to a Python call).
 
@@ -71,8 +72,15 @@ class UsageError(CvmError):
     family = "usage"
 
 
+class IOFailure(CvmError):
+    """A file that cannot be read or written: missing, not a regular file, not permitted, or a
+    failed read or write.  The message names the path as the user gave it, never a temporary file."""
+
+    family = "io"
+
+
 FAMILIES: tuple[type[CvmError], ...] = (UsageError, MalformedError, InvalidError, InputError, LimitError,
-                                        InternalError)
+                                        InternalError, IOFailure)
 
 # Every code cvmvm raises, family by family, with what it means.
 CODES: dict[str, str] = {
@@ -119,7 +127,6 @@ CODES: dict[str, str] = {
     "input.value": "run_op: an input value that does not fit int32, or its given precision; replay: a transaction "
                    "input value outside its precision (never clipped)",
     "input.precision": "run_op: a precision list that does not match the inputs",
-    "input.file": "a file that cannot be read",
     "input.step": "prove-step: a step that is not an instruction of the model",
     "input.unknown_model": "a model hash the store does not hold",
     "input.calibration": "import-onnx: calibration data of the wrong shape, dtype or count, or NaN/infinity in it",
@@ -128,7 +135,8 @@ CODES: dict[str, str] = {
     "limit.dim": "a dimension outside [1, 2^24]",
     "limit.size": "a tensor of more than 2^30 elements",
     "limit.ops": "a model's cost over the ISA's limit or the caller's --ops-limit",
-    "limit.bytes": "a file or record over its byte budget",
+    "limit.bytes": "a file or record over its byte budget (a model over the native format's 2^32 bytes included)",
+    "limit.items": "more than 2^20 inputs, params, instructions, outputs, instruction inputs or attribute items",
     "limit.memory": "a run's peak memory over the memory limit (--memory-limit), or more than the host can give",
     "limit.work": "a run's work over the work limit (--work-limit)",
     "internal.precision": "a kernel produced a value outside its inferred precision (a VM bug)",
@@ -141,6 +149,11 @@ CODES: dict[str, str] = {
     "internal.ray": "replay --ray: a Ray task failed for another reason than cvmvm's own errors",
     "internal.replay": "replay: a transaction left without an outcome (a bug)",
     "internal.bug": "any other exception: a VM bug (the command line reports it, never a traceback)",
+    "io.not_found": "a file, or an output's directory, that does not exist",
+    "io.not_regular": "a directory, device, fifo or socket where a file is read or written (in a store, a link too)",
+    "io.permission": "a file or directory the process may not read or write",
+    "io.read": "a read that failed (an I/O error)",
+    "io.write": "a write that failed (a full disk, a read-only file system, ...); no temporary file is left",
 }
 
 

@@ -108,7 +108,7 @@ def test_demo(capsys):
 
 
 @pytest.mark.parametrize("argv, family", [
-    (["verify", "{dir}/missing.json"], "input"),
+    (["verify", "{dir}/missing.json"], "io"),
     (["verify", "{dir}/x.npy"], "malformed"),
     (["run", "{graph}", "--params", "{params}", "--input", "data={dir}/x_bad_shape.npy"], "input"),
     (["run", "{graph}", "--params", "{params}", "--input", "data={dir}/x_float.npy"], "input"),

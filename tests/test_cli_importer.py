@@ -101,7 +101,7 @@ def test_unsupported_op_exit_code(capsys, tmp_path):
 
 def test_missing_output_directory_fails_before_calibrating(capsys, tmp_path):
     code = main(import_argv("digits_mlp", tmp_path / "no" / "such" / "m.cvm"))
-    assert code == EXIT_CODES["input"] and "input.file" in capsys.readouterr().err
+    assert code == EXIT_CODES["io"] and "io.not_found" in capsys.readouterr().err
 
 
 def test_malformed_onnx_file(capsys, tmp_path):

@@ -100,28 +100,36 @@ def test_an_interrupt_is_one_line(capsys, monkeypatch, demo_files):
     assert capsys.readouterr().err == "cvmvm: interrupted\n"
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe to block the command on")
 def test_ctrl_c_while_a_command_waits_prints_no_traceback(demo_files, tmp_path):
-    """The command blocks reading its input from a named pipe; SIGINT then ends it with one line."""
-    fifo = tmp_path / "x.npy"
-    os.mkfifo(fifo)
-    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", "run", str(demo_files / "digits.cvm"),
-                             "--input", f"data={fifo}"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    writer = None
-    deadline = time.monotonic() + 60
-    while writer is None:  # the pipe opens for writing once the command has opened it for reading
-        try:
-            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
+    """The command blocks waiting for its output directory's lock (cvmvm.files: a fifo as input is
+    refused, never read); SIGINT then ends it with one line and leaves no temporary file."""
+    import fcntl
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    holder = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "cvmvm", "run", str(demo_files / "digits.cvm"),
+                                 "--input", f"data={demo_files / 'image0.npy'}", "--trace", str(out_dir / "t.json")],
+                                stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+
+        def waiting() -> bool:   # it has the directory open: it waits for the lock
+            try:
+                fds = os.listdir(f"/proc/{proc.pid}/fd")
+                return any(os.readlink(f"/proc/{proc.pid}/fd/{fd}") == str(out_dir) for fd in fds)
+            except OSError:
+                return False
+        while not waiting():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.01)
-    try:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
-        os.close(writer)
+        os.close(holder)
     assert proc.returncode == EXIT_INTERRUPTED
     assert err == "cvmvm: interrupted\n" and out == ""
+    assert list(out_dir.iterdir()) == []
 
 
 # -- messages --------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import cvmvm
 from isa.attrs import parse_attrs
 from isa.errors import CvmError
 from isa.table import OP_BY_NAME, OPS
@@ -182,13 +183,20 @@ def test_reads_every_source_kind(tmp_path):
     (tmp_path / "g.json").write_text(text)
     (tmp_path / "p.bin").write_bytes(p)
     expected = read_cortex(g, p)
-    for graph_src in (text, "  \n" + text, text.encode(), bytearray(text.encode()), tmp_path / "g.json",
-                      str(tmp_path / "g.json")):
-        for params_src in (p, memoryview(p), tmp_path / "p.bin", str(tmp_path / "p.bin")):
+    for graph_src in (text, "  \n" + text, text.encode(), bytearray(text.encode())):
+        for params_src in (p, memoryview(p)):
             assert read_cortex(graph_src, params_src) == expected
-    assert code_of(tmp_path / "missing.json") == "input.file"
-    assert code_of(g, tmp_path / "missing.bin") == "input.file"
-    assert code_of(42) == "usage.argument"
+    # Paths are read by cvmvm.load_cortex (bounded file reads live above the serializer).
+    want = cvmvm.load_cortex(g, p).model_hash
+    for graph_src in (text, tmp_path / "g.json", str(tmp_path / "g.json")):
+        for params_src in (p, tmp_path / "p.bin", str(tmp_path / "p.bin")):
+            assert cvmvm.load_cortex(graph_src, params_src).model_hash == want
+    for graph_src, params_src in ((tmp_path / "missing.json", None), (g, tmp_path / "missing.bin")):
+        with pytest.raises(CvmError) as e:
+            cvmvm.load_cortex(graph_src, params_src)
+        assert e.value.code == "io.not_found"
+    for bad in (42, tmp_path / "g.json"):
+        assert code_of(bad) == "usage.argument"
 
 
 def test_byte_limits(monkeypatch, tmp_path):
@@ -196,15 +204,21 @@ def test_byte_limits(monkeypatch, tmp_path):
     text = json.dumps(g)
     (tmp_path / "g.json").write_text(text)
     (tmp_path / "p.bin").write_bytes(p)
+
+    def code(graph_src, params_src):
+        with pytest.raises(CvmError) as e:
+            cvmvm.load_cortex(graph_src, params_src)
+        return e.value.code
+
     monkeypatch.setattr(limits, "MAX_GRAPH_JSON_BYTES", len(text.encode()) - 1)
     for src in (text, text.encode(), tmp_path / "g.json"):
-        assert code_of(src, p) == "limit.bytes"
+        assert code(src, p) == "limit.bytes"
     monkeypatch.setattr(limits, "MAX_GRAPH_JSON_BYTES", len(text.encode()))
     monkeypatch.setattr(limits, "MAX_PARAMS_BYTES", len(p) - 1)
     for src in (p, tmp_path / "p.bin"):
-        assert code_of(text, src) == "limit.bytes"
+        assert code(text, src) == "limit.bytes"
     monkeypatch.setattr(limits, "MAX_PARAMS_BYTES", len(p))
-    read_cortex(text, tmp_path / "p.bin")
+    cvmvm.load_cortex(text, tmp_path / "p.bin")
 
 
 # -- JSON syntax (malformed.graph_json) ---------------------------------------
@@ -1073,3 +1087,25 @@ def test_read_does_not_mutate_its_argument():
 def test_layout_is_not_part_of_model_equality():
     m = read_cortex(relu_graph())
     assert m == Model(m.inputs, m.params, m.instrs, m.outputs)
+
+
+@pytest.mark.parametrize("max_digits", [0, 4300, 640])
+def test_long_integers_are_refused_whatever_the_interpreter_allows(monkeypatch, max_digits):
+    # An integer of more than 4,300 digits gave malformed.graph_json or limit.dim by PYTHONINTMAXSTRDIGITS,
+    # and an uncaught ValueError inside op_attrs.
+    import sys
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(max_digits)
+    try:
+        text = json.dumps(add_graph())
+        dims = json.dumps(add_graph()["attrs"]["shape"][1][0])
+        huge = text.replace(dims, "[" + "9" * 5000 + "]", 1)
+        assert huge != text and code_of(huge) == "malformed.graph_json"
+        for token in ("9" * 25, "-" + "9" * 21, "9" * 5000):
+            assert code_of(text.replace(dims, f"[{token}]", 1)) == "malformed.graph_json"
+        assert code_of(text.replace(dims, "[" + "9" * 15 + "]", 1)) == "limit.dim"
+        g = unary_graph("cvm_right_shift")
+        g["attrs"]["op_attrs"][1][1] = json.dumps({"precision": "8", "shift_bit": "9" * 5000})
+        assert code_of(g) == "malformed.attr"
+    finally:
+        sys.set_int_max_str_digits(old)

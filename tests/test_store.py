@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
+import time
+from pathlib import Path
 
 import pytest
 
+from cvmvm import files
 from cvmvm.cli.common import EXIT_CODES
+from cvmvm.cli.main import main
 from cvmvm.tx.store import Store
 from isa.errors import CvmError
 from tests.test_receipt import DIGITS, cli_json, mlp_model, pair_model
@@ -78,7 +83,7 @@ def test_list_rehashes_and_ignores_other_files(tmp_path):
     assert [e.intact for e in store.list()] == [False, True]
     with pytest.raises(CvmError) as e:
         Store(tmp_path / "missing").list()
-    assert e.value.code == "input.file"
+    assert e.value.code == "io.not_found"
 
 
 def test_cli_store_add_and_list(capsys, tmp_path):
@@ -104,3 +109,87 @@ def test_cli_store_add_rejects_a_bad_model(capsys, tmp_path):
     (tmp_path / "bad.json").write_text("{")
     code, info = cli_json(capsys, ["store", "add", str(tmp_path / "store"), str(tmp_path / "bad.json")])
     assert code == EXIT_CODES["malformed"] and info["error"].startswith("malformed.")
+
+
+# -- a store directory is not trusted -------------------------------------------------------
+
+def _hostile_names(tmp_path, store: Store) -> dict[str, str]:
+    """Under model-file names: what each holds instead of a model, and the problem list reports."""
+    names = {}
+
+    def name(k: int) -> Path:
+        n = f"{k:064x}.cvm"
+        return tmp_path / n
+
+    name(1).symlink_to("/dev/zero")
+    names[name(1).name] = "symbolic link"
+    name(2).symlink_to(name(2))
+    names[name(2).name] = "symbolic link"
+    os.mkfifo(name(3))
+    names[name(3).name] = "fifo"
+    name(4).mkdir()
+    names[name(4).name] = "directory"
+    name(5).symlink_to(tmp_path / "nowhere")
+    names[name(5).name] = "symbolic link"
+    with open(name(6), "wb") as f:
+        f.truncate((1 << 32) + 1)
+    names[name(6).name] = "too large"
+    good = store.add(mlp_model())
+    (tmp_path / "outside.cvm").write_bytes(mlp_model().canonical_bytes)
+    name(7).symlink_to(tmp_path / "outside.cvm")   # a link out of the store, even to a valid model
+    names[name(7).name] = "symbolic link"
+    names[good.hex() + ".cvm"] = None
+    return names
+
+
+def test_list_refuses_anything_but_regular_files_without_opening_them(tmp_path):
+    store = Store(tmp_path)
+    names = _hostile_names(tmp_path, store)
+    start = time.monotonic()
+    entries = store.list()
+    assert time.monotonic() - start < 5   # a link to /dev/zero read 4 GiB in 18 s
+    assert {e.model_hash + ".cvm": e.problem for e in entries} == names
+    assert [e.intact for e in entries if e.problem is None] == [True]
+
+
+def test_get_refuses_anything_but_regular_files(tmp_path):
+    store = Store(tmp_path)
+    names = _hostile_names(tmp_path, store)
+    for name, problem in names.items():
+        digest = bytes.fromhex(name[:64])
+        if problem is None:
+            assert store.get(digest).model_hash == digest
+            continue
+        with pytest.raises(CvmError) as e:
+            store.get(digest)
+        assert e.value.code == ("limit.bytes" if problem == "too large" else "io.not_regular"), name
+
+
+def test_cli_store_list_of_a_hostile_directory(capsys, tmp_path):
+    names = _hostile_names(tmp_path, Store(tmp_path))
+    code, info = cli_json(capsys, ["store", "list", str(tmp_path)])
+    assert code == 1 and {m["model_hash"] + ".cvm": m["problem"] for m in info["models"]} == names
+    assert main(["store", "list", str(tmp_path / "outside.cvm")]) == EXIT_CODES["io"]
+
+
+def test_add_replaces_a_link_under_its_name_and_cleans_stale_temporary_files(tmp_path):
+    store = Store(tmp_path)
+    model = mlp_model()
+    target = store.path(model.model_hash)
+    (tmp_path / "elsewhere").write_bytes(b"not this")
+    target.symlink_to(tmp_path / "elsewhere")
+    stale = tmp_path / files.temp_name(target.name, "ab" * 8)
+    stale.write_bytes(b"half a model")
+    store.add(model)
+    assert not target.is_symlink() and target.read_bytes() == model.canonical_bytes
+    assert (tmp_path / "elsewhere").read_bytes() == b"not this" and not stale.exists()
+
+
+def test_add_into_a_store_whose_parent_is_missing(tmp_path):
+    with pytest.raises(CvmError) as e:
+        Store(tmp_path / "no" / "store").add(mlp_model())
+    assert e.value.code == "io.not_found"
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(CvmError) as e:
+        Store(tmp_path / "file").add(mlp_model())
+    assert e.value.code == "io.not_regular"

@@ -27,9 +27,12 @@ from cvmvm.vm.verify import DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits
 EXIT_OK = 0
 EXIT_MISMATCH = 1   # the command ran, and what it checked does not hold
 EXIT_USAGE = 2      # a bad command line (usage.*), argparse's own mistakes included
-EXIT_CODES = {"usage": EXIT_USAGE, "malformed": 3, "invalid": 4, "input": 5, "limit": 6, "internal": 7}
+EXIT_CODES = {"usage": EXIT_USAGE, "malformed": 3, "invalid": 4, "input": 5, "limit": 6, "internal": 7, "io": 8}
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
 EXIT_BROKEN_PIPE = 141  # the reader of a streamed output went away: 128 + SIGPIPE
+
+# A key file (PEM or raw) is well under a KiB.
+KEY_FILE_BYTES = 1 << 16
 
 # (None, None: the command printed its own output as it went.)
 Reply = tuple[int, dict[str, Any] | None, str | None]

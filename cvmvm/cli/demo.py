@@ -33,13 +33,14 @@ def _images() -> np.ndarray:
 
 def export(out_dir: str) -> list[str]:
     """Write the demo's model and its first images into ``out_dir``, for trying every other command."""
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    written = [str(folder / "digits.cvm")]
-    files.write_atomic(written[0], _resource("digits.cvm"))
+    outputs = files.Outputs()
+    folder = outputs.directory(out_dir, "--export", r"digits\.cvm|image[0-9]+\.npy")
+    outputs.put_in(folder, "digits.cvm", _resource("digits.cvm"))
+    written = [str(Path(out_dir) / "digits.cvm")]
     for k, image in enumerate(_images()[:EXPORTED_IMAGES]):
-        written.append(str(folder / f"image{k}.npy"))
-        files.save_npy_atomic(written[-1], image)
+        outputs.put_in(folder, f"image{k}.npy", files.npy_bytes(image))
+        written.append(str(Path(out_dir) / f"image{k}.npy"))
+    outputs.commit()
     return written
 
 

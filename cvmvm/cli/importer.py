@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
-from isa.errors import InputError, MalformedError, UsageError
+from isa.errors import MalformedError, UsageError
 from cvmvm import files
 from cvmvm.cli.common import EXIT_OK, Command, Reply, input_specs, parse_inputs, read_input, read_kind
 
@@ -40,9 +39,11 @@ def cmd_import_onnx(args: argparse.Namespace) -> Reply:
         from cvmvm.importer import Options, import_onnx
     except ImportError:
         raise UsageError("missing_extra", MISSING_EXTRA) from None
-    out = Path(args.out)
-    if not out.parent.is_dir():   # fail before calibrating, not after
-        raise InputError("file", f"-o {args.out}: directory {out.parent} does not exist")
+    # -o is checked before calibrating, not after (cvmvm.files.Outputs).
+    calibrate = args.calibrate if len(args.calibrate) == 1 and "=" not in args.calibrate[0] else \
+        [path for _, path in input_specs(args.calibrate, "--calibrate")]
+    outputs = files.Outputs(reads=[args.model, *calibrate, *(args.eval or ())])
+    out = outputs.file(args.out, "-o")
     input_shapes = _input_shapes(args.input_shape)
     calibration = _calibration(args.calibrate)
     eval_data = eval_labels = None
@@ -56,9 +57,10 @@ def cmd_import_onnx(args: argparse.Namespace) -> Reply:
         if e.code == "malformed.onnx":  # a cvmvm file given as the ONNX model is named as such
             read_kind(args.model, (), "model", described="an ONNX model")
         raise
-    files.write_atomic(out, result.model.canonical_bytes)
-    info = {"out": str(out), **result.report.to_json()}
-    return EXIT_OK, info, result.report.text() + f"\nwrote {out}"
+    outputs.put(out, result.model.canonical_bytes)
+    outputs.commit()
+    info = {"out": args.out, **result.report.to_json()}
+    return EXIT_OK, info, result.report.text() + f"\nwrote {args.out}"
 
 
 def add_commands(command: Command) -> None:

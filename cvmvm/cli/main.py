@@ -120,9 +120,14 @@ def _fail(code: str, message: str, as_json: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args  # until the command line parses
+    # Names may hold any Unicode; a terminal that cannot show a character gets an escape, not a traceback.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         try:
             (code, info, text), as_json = _run(args)
+            # allow_nan=False: a NaN or infinity that reached a reply is a bug, not "-Infinity" (not JSON).
+            out = json.dumps(info, sort_keys=True, allow_nan=False) if as_json else str(text)
         except CvmError as e:
             _fail(e.code, e.message, as_json)
             return EXIT_CODES[e.family]
@@ -136,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _fail("internal.bug", f"{type(e).__name__}: {e}", as_json)
             return EXIT_CODES["internal"]
         if info is not None:  # None: the command printed its own output as it went (replay)
-            _print(json.dumps(info, sort_keys=True) if as_json else str(text))
+            _print(out)
         return code
     except KeyboardInterrupt:
         print("cvmvm: interrupted", file=sys.stderr)

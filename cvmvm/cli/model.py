@@ -23,9 +23,9 @@ from cvmvm.vm.api import Model, Result, load
 from cvmvm.vm.trace import tensor_name, trace_layout, trace_to_json
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
-from cvmvm.cli.common import (EXIT_OK, NOT_RUN, Command, Reply, clipping_json, input_arg, limit_args, limits_of,
-                              load_model, model_args, ops_limit_arg, parse_inputs, read_input, read_kind, traced,
-                              warn_clipping)
+from cvmvm.cli.common import (EXIT_OK, KEY_FILE_BYTES, NOT_RUN, Command, Reply, clipping_json, input_arg, limit_args,
+                              limits_of, load_model, model_args, ops_limit_arg, parse_inputs, read_input, read_kind,
+                              traced, warn_clipping)
 
 TRACE_FORMATS = ("json", "jsonl")
 
@@ -63,11 +63,6 @@ def cmd_verify(args: argparse.Namespace) -> Reply:
     return EXIT_OK, info, "\n".join(lines)
 
 
-def _summary(t: Any, v: np.ndarray) -> dict[str, Any]:
-    lo, hi = (int(v.min()), int(v.max())) if v.dtype.kind in "iu" else (float(np.nanmin(v)), float(np.nanmax(v)))
-    return {**_type_json(t), "min": lo, "max": hi}
-
-
 def _trace_format(args: argparse.Namespace) -> str:
     """--trace-format, or by the trace file's suffix: .jsonl is JSON lines, anything else JSON."""
     if args.trace_format is not None:
@@ -85,46 +80,68 @@ def _dump_name(model: Model, t: int, width: int) -> str:
     return f"{t:0{width}d}-{producer}-{name}.npy"
 
 
-def dump_tensors(model: Model, result: Result, out_dir: str) -> int:
-    """Write every tensor of a kept run as .npy into ``out_dir``; return how many."""
+# What --save-outputs and --dump-tensors write into their directories (and remove when an earlier
+# run wrote more of them).
+SAVED_OUTPUT = r"output_[0-9]+\.npy"
+DUMPED_TENSOR = r"[0-9]+-[A-Za-z0-9_]+-[A-Za-z0-9_.]*\.npy"
+
+
+def dump_tensors(model: Model, result: Result, outputs: files.Outputs, folder: str) -> int:
+    """Put every tensor of a kept run among the outputs, as .npy files in ``folder``; return how many."""
     tensors = result.tensors or ()
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     width = max(4, len(str(len(tensors) - 1)))
     for t, value in enumerate(tensors):
-        files.save_npy_atomic(folder / _dump_name(model, t, width), value)
+        outputs.put_in(folder, _dump_name(model, t, width), files.npy_bytes(value))
     return len(tensors)
+
+
+def _summary(t: TensorType, v: np.ndarray) -> dict[str, Any]:
+    if v.dtype.kind in "iu":
+        return {**_type_json(t), "min": int(v.min()), "max": int(v.max())}
+    numbers = v[~np.isnan(v)]
+    lo, hi = (float(numbers.min()), float(numbers.max())) if numbers.size else (float("nan"),) * 2
+    return {**_type_json(t), "min": _json_float(lo), "max": _json_float(hi)}
+
+
+def _json_float(x: float) -> float | str:
+    """JSON has no infinities or NaN: they are the strings "inf", "-inf" and "nan" (README)."""
+    return x if np.isfinite(x) else str(x)
 
 
 def cmd_run(args: argparse.Namespace) -> Reply:
     if args.sign is not None and args.receipt is None:
         raise UsageError("conflict", "--sign KEY signs the receipt: give --receipt FILE too")
     trace_format = _trace_format(args)
+    # Every output is checked before the run, and written as one unit after it (cvmvm.files.Outputs).
+    outputs = files.Outputs(reads=[args.model, args.params, args.sign, *(path for _, path in args.input)])
+    trace_out = outputs.file(args.trace, "--trace") if args.trace else None
+    receipt_out = outputs.file(args.receipt, "--receipt") if args.receipt else None
+    saved = outputs.directory(args.save_outputs, "--save-outputs", SAVED_OUTPUT) if args.save_outputs else None
+    dump = outputs.directory(args.dump_tensors, "--dump-tensors", DUMPED_TENSOR) if args.dump_tensors else None
     model = load_model(args.model, args.params, limits_of(args))
     inputs = parse_inputs(args.input)
-    result = model.run(inputs, trace=True, keep=args.dump_tensors is not None)
+    result = model.run(inputs, trace=True, keep=dump is not None)
     trace = traced(result)
     warn_clipping(result.clipping)
     values = result.dequantized() if args.dequantize else result.outputs
-    if args.save_outputs:
-        out_dir = Path(args.save_outputs)
-        out_dir.mkdir(parents=True, exist_ok=True)
+    if saved is not None:
         for k, value in enumerate(values):
-            files.save_npy_atomic(out_dir / f"output_{k}.npy", value)
-    dumped = None if args.dump_tensors is None else dump_tensors(model, result, args.dump_tensors)
-    if args.trace:
+            outputs.put_in(saved, f"output_{k}.npy", files.npy_bytes(value))
+    dumped = None if dump is None else dump_tensors(model, result, outputs, dump)
+    if trace_out is not None:
         doc = trace_to_json(model.program, trace, model.model_hash)
-        files.write_atomic(args.trace, trace_lines(doc) if trace_format == "jsonl" else trace_bytes(doc))
-    outputs = [{**_summary(t, v), "name": n, "hash": h.hex()}
-               for t, n, v, h in zip(model.output_types, model.output_names, result.outputs, result.output_hashes)]
+        outputs.put(trace_out, trace_lines(doc) if trace_format == "jsonl" else trace_bytes(doc))
+    receipt_info = run_receipt(args, model, result, outputs, receipt_out)
+    outputs.commit()
+    summaries = [{**_summary(t, v), "name": n, "hash": h.hex()}
+                 for t, n, v, h in zip(model.output_types, model.output_names, result.outputs, result.output_hashes)]
     if args.dequantize:
-        for o, v, scale in zip(outputs, values, model.output_scales):
+        for o, v, scale in zip(summaries, values, model.output_scales):
             if scale is not None:
                 o.update(scale=scale, float_min=float(v.min()), float_max=float(v.max()))
     info = {"model_hash": model.model_hash.hex(), "output_hash": result.output_hash.hex(),
-            "trace_root": trace.root.hex(), "ops": result.ops, "outputs": outputs,
-            "peak_tensor_bytes": result.peak_bytes, "clipped": clipping_json(result.clipping),
-            **run_receipt(args, model, result)}
+            "trace_root": trace.root.hex(), "ops": result.ops, "outputs": summaries,
+            "peak_tensor_bytes": result.peak_bytes, "clipped": clipping_json(result.clipping), **receipt_info}
     if dumped is not None:
         info["dumped_tensors"] = dumped
     lines = [f"ok: ops {result.ops}",
@@ -133,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> Reply:
              f"trace root  {info['trace_root']}"]
     lines += [f"output {k} {o['name']}: {_type_text(t)} min {o['min']} max {o['max']}"
               + (f" (as floats {o['float_min']:.6g} .. {o['float_max']:.6g})" if "float_min" in o else "")
-              for k, (t, o) in enumerate(zip(model.output_types, outputs))]
+              for k, (t, o) in enumerate(zip(model.output_types, summaries))]
     if dumped is not None:
         lines.append(f"wrote {dumped} tensors to {args.dump_tensors}")
     return EXIT_OK, info, "\n".join(lines)
@@ -141,29 +158,44 @@ def cmd_run(args: argparse.Namespace) -> Reply:
 
 # -- run --receipt: the run's receipt, optionally signed ---------------------------------
 
-def run_receipt(args: argparse.Namespace, model: Model, result: Result) -> dict[str, Any]:
-    """For cmd_run: write the receipt when --receipt is given; the info entries to add."""
-    if args.receipt is None:
+def run_receipt(args: argparse.Namespace, model: Model, result: Result, outputs: files.Outputs,
+                key: str | None) -> dict[str, Any]:
+    """For cmd_run: put the receipt among the outputs when --receipt is given; the info entries to add."""
+    if key is None:
         return {}
     r = receipt.make_receipt(model, result)
     if args.sign is not None:
-        r = receipt.sign(r, receipt.load_private_key(files.read_bytes(args.sign, "key"), args.sign))
-    files.write_atomic(args.receipt, receipt_codec.encode(r))
+        r = receipt.sign(r, receipt.load_private_key(files.read_bytes(args.sign, "key", KEY_FILE_BYTES), args.sign))
+    outputs.put(key, receipt_codec.encode(r))
     return {"receipt": args.receipt, "signer": None if r.signer is None else r.signer.public_key.hex()}
+
+
+# The suffix convert's OUT must have, by the direction the input decides.
+CORTEX_SUFFIX, NATIVE_SUFFIX = ".json", ".cvm"
+
+
+def _convert_out(out: str, suffix: str, direction: str) -> None:
+    if Path(out).suffix != suffix:
+        raise UsageError("argument", f"convert {direction}: OUT {out} must end in {suffix}")
 
 
 def cmd_convert(args: argparse.Namespace) -> Reply:
     data = read_kind(args.source, kinds.MODEL, "model")
+    outputs = files.Outputs(reads=[args.source, args.params])
     if kinds.detect(data) == kinds.NATIVE:
         if args.params:
             raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {args.source} is a native model")
+        _convert_out(args.out, CORTEX_SUFFIX, "native -> Cortex")
+        params_out = args.params_out or str(Path(args.out).with_suffix(".params"))
+        graph_key = outputs.file(args.out, "OUT")
+        params_key = outputs.file(params_out, "--params-out")
         model = load(data, memory_limit=None, work_limit=None)  # converted, never run here
         graph, blob = cortex.write_cortex(model.program.model, model.program.types)
-        params_out = args.params_out or str(Path(args.out).with_suffix(".params"))
         if blob is None:
             raise InternalError("param", "a native model converted to Cortex came without its params")
-        files.write_atomic(params_out, blob)
-        files.write_atomic(args.out, cortex.graph_to_json_bytes(graph))
+        outputs.put(params_key, blob)
+        outputs.put(graph_key, cortex.graph_to_json_bytes(graph))
+        outputs.commit()
         dropped = model.program.model.scales is not None
         info = {"from": "native", "to": "cortex", "graph": args.out, "params": params_out,
                 "model_hash": model.model_hash.hex(), "dropped_scales": dropped}
@@ -171,8 +203,11 @@ def cmd_convert(args: argparse.Namespace) -> Reply:
         return EXIT_OK, info, f"wrote Cortex graph {args.out} and params {params_out}{note}"
     if args.params_out:
         raise UsageError("conflict", f"--params-out goes with a native model; {args.source} is a Cortex graph JSON")
+    _convert_out(args.out, NATIVE_SUFFIX, "Cortex -> native")
+    key = outputs.file(args.out, "OUT")
     model = load_model(args.source, args.params, NOT_RUN)
-    files.write_atomic(args.out, model.canonical_bytes)
+    outputs.put(key, model.canonical_bytes)
+    outputs.commit()
     info = {"from": "cortex", "to": "native", "out": args.out, "model_hash": model.model_hash.hex()}
     return EXIT_OK, info, f"wrote native model {args.out} (model hash {info['model_hash']})"
 

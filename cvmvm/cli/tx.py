@@ -15,15 +15,16 @@ from serializer.records import receipt as receipt_codec, stepproof as proof_code
 from cvmvm import files
 from cvmvm.vm.execute import Clipping, prepare_inputs
 from cvmvm.tx import receipt, replay, results, schedule, stepproof, tracediff, txtools
-from cvmvm.tx.store import Store
+from cvmvm.tx.store import Entry, Store
 from cvmvm.cli import demo
-from cvmvm.cli.common import (EXIT_CODES, EXIT_MISMATCH, EXIT_OK, NOT_RUN, Command, Reply, clipping_json, hash_hex,
-                              input_arg, limit_args, limits_of, load_model, model_args, non_negative_int, parse_inputs,
+from cvmvm.cli.common import (EXIT_CODES, EXIT_MISMATCH, EXIT_OK, KEY_FILE_BYTES, NOT_RUN, Command, Reply,
+                              clipping_json, hash_hex, input_arg, limit_args, limits_of, load_model, model_args,
+                              non_negative_int, parse_inputs,
                               positive_int, read_kind, warn_clipping)
 
 
 def _signer(path: str | None) -> bytes | None:
-    return None if path is None else receipt.load_public_key(files.read_bytes(path, "public key"), path)
+    return None if path is None else receipt.load_public_key(files.read_bytes(path, "public key", KEY_FILE_BYTES), path)
 
 
 # -- check-receipt ---------------------------------------------------------------------
@@ -61,11 +62,18 @@ def cmd_store_add(args: argparse.Namespace) -> Reply:
     return EXIT_OK, {"model_hash": digest.hex(), "path": str(store.path(digest))}, digest.hex()
 
 
+def _store_problem(e: Entry) -> str:
+    if e.problem == "hash":
+        return "  CORRUPT: content does not hash to its name"
+    if e.problem == "too large":
+        return "  REFUSED: larger than a model may be"
+    return f"  REFUSED: a {e.problem}, not a regular file" if e.problem else ""
+
+
 def cmd_store_list(args: argparse.Namespace) -> Reply:
     entries = Store(args.dir).list()
-    rows = [{"model_hash": e.model_hash, "bytes": e.size, "intact": e.intact} for e in entries]
-    lines = [f"{e.model_hash} {e.size:>12d} bytes{'' if e.intact else '  CORRUPT: content does not hash to its name'}"
-             for e in entries]
+    rows = [{"model_hash": e.model_hash, "bytes": e.size, "intact": e.intact, "problem": e.problem} for e in entries]
+    lines = [f"{e.model_hash} {e.size:>12d} bytes{_store_problem(e)}" for e in entries]
     lines.append(f"{len(entries)} models")
     intact = all(e.intact for e in entries)
     return (EXIT_OK if intact else EXIT_MISMATCH), {"models": rows}, "\n".join(lines)
@@ -205,8 +213,8 @@ def cmd_keygen(args: argparse.Namespace) -> Reply:
 # -- diff ---------------------------------------------------------------------------------
 
 def cmd_diff(args: argparse.Namespace) -> Reply:
-    a = trace_codec.load_trace(read_kind(args.trace_a, (kinds.TRACE,), "trace"), args.trace_a)
-    b = trace_codec.load_trace(read_kind(args.trace_b, (kinds.TRACE,), "trace"), args.trace_b)
+    a = tracediff.read_trace(read_kind(args.trace_a, (kinds.TRACE,), "trace", trace_codec.MAX_TRACE_BYTES), args.trace_a)
+    b = tracediff.read_trace(read_kind(args.trace_b, (kinds.TRACE,), "trace", trace_codec.MAX_TRACE_BYTES), args.trace_b)
     report = tracediff.diff(a, b)
     return (EXIT_OK if report["same"] else EXIT_MISMATCH), report, tracediff.render(report)
 
@@ -214,13 +222,16 @@ def cmd_diff(args: argparse.Namespace) -> Reply:
 # -- step proofs --------------------------------------------------------------------------
 
 def cmd_prove_step(args: argparse.Namespace) -> Reply:
+    outputs = files.Outputs(reads=[args.model, args.params, *(path for _, path in args.input)])
+    key = outputs.file(args.out, "--out")
     model = load_model(args.model, args.params, limits_of(args))
     inputs = parse_inputs(args.input)
     clipped: list[Clipping] = []
     prepare_inputs(model.program, inputs, clipped)
     warn_clipping(clipped)
     proof, root = stepproof.prove_step(model, inputs, args.step)
-    files.write_atomic(args.out, proof_codec.encode(proof))
+    outputs.put(key, proof_codec.encode(proof))
+    outputs.commit()
     info = {"proof": args.out, "step": proof.step, "op": proof.op, "trace_root": root.hex(),
             "model_hash": model.model_hash.hex(), "clipped": clipping_json(clipped)}
     return EXIT_OK, info, f"wrote proof of instruction {proof.step} ({proof.op}) to {args.out}\ntrace root {root.hex()}"

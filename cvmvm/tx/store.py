@@ -1,9 +1,14 @@
 """A content-addressed model store: a directory of native models named by model hash.
 
 ``<hex model hash>.cvm`` holds the model's canonical bytes.  Writes are atomic
-(a reader never sees half a file), and every read re-hashes the file: a file
-whose hash is not its name is refused (``malformed.store_hash``), so a store
-can be copied around or shared without trusting the copy.
+(a reader never sees half a file; cvmvm.files), and every read re-hashes the
+file: a file whose hash is not its name is refused (``malformed.store_hash``),
+so a store can be copied around or shared without trusting the copy.
+
+The directory is not trusted either: only regular files are read, never
+through a symbolic link (a link, fifo, device or subdirectory under a model's
+name is ``io.not_regular``, found from ``lstat`` without opening it), and a
+file's size is checked against the model limit before it is read.
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from isa.errors import InputError, MalformedError
+from isa.errors import InputError, IOFailure, MalformedError
+from serializer.native import MAX_MODEL_BYTES
 from cvmvm import files
 from cvmvm.vm.api import Model, load
 from cvmvm.vm.verify import Limits
@@ -25,9 +32,10 @@ _NAME = re.compile(r"[0-9a-f]{64}\.cvm")
 
 @dataclass(frozen=True)
 class Entry:
-    model_hash: str  # hex, the file's name
+    model_hash: str        # hex, the file's name
     size: int
-    intact: bool     # the file's bytes hash to its name
+    intact: bool           # a regular file whose bytes hash to its name
+    problem: str | None = None   # why it is not intact: "hash", or what the name holds instead of a model file
 
 
 class Store:
@@ -37,21 +45,37 @@ class Store:
     def path(self, model_hash: bytes) -> Path:
         return self.root / (model_hash.hex() + SUFFIX)
 
+    def _directory(self) -> None:
+        """Create the store directory if missing (its parent must exist), or check that it is one."""
+        try:
+            os.mkdir(self.root)
+        except FileExistsError:
+            if not self.root.is_dir():
+                raise IOFailure("not_regular", f"store {self.root} is not a directory") from None
+        except OSError as e:
+            raise files.write_failure(e, "store", self.root) from None
+
     def add(self, model: Model) -> bytes:
         """Store a model (once: an intact copy is kept as it is); return its hash."""
         digest = model.model_hash
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._directory()
         target = self.path(digest)
-        if not (target.is_file() and hashlib.sha256(target.read_bytes()).digest() == digest):
-            files.write_atomic(target, model.canonical_bytes)
+        if self._check(target.name)[1] is not None:
+            files.write_file(target, model.canonical_bytes, "stored model")
         return digest
 
     def read(self, model_hash: bytes) -> bytes:
         """The canonical bytes of a stored model, checked against its name."""
         target = self.path(model_hash)
-        if not target.is_file():
-            raise InputError("unknown_model", f"model {model_hash.hex()} is not in the store {self.root}")
-        data = files.read_bytes(target, "stored model")
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            raise InputError("unknown_model", f"model {model_hash.hex()} is not in the store {self.root}") from None
+        except OSError as e:
+            raise files.read_failure(e, "stored model", target) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise IOFailure("not_regular", f"stored model {target}: a {files.file_kind(st.st_mode)}, not a regular file")
+        data = files.read_bytes(target, "stored model", MAX_MODEL_BYTES, follow=False)
         got = hashlib.sha256(data).digest()
         if got != model_hash:
             raise MalformedError("store_hash", f"{target}: the file hashes to {got.hex()}, not its name")
@@ -61,13 +85,54 @@ class Store:
         """Load and verify a stored model under ``limits``."""
         return load(self.read(model_hash), ops_limit=limits.ops, memory_limit=limits.memory, work_limit=limits.work)
 
+    def _check(self, name: str) -> tuple[int, str | None]:
+        """(size, problem) of the file ``name``: problem None when it is an intact model file.
+        Hashed in bounded steps, never holding the whole file."""
+        path = self.root / name
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return 0, "missing"
+        except OSError as e:
+            raise files.read_failure(e, "stored model", path) from None
+        if not stat.S_ISREG(st.st_mode):
+            return 0, files.file_kind(st.st_mode)
+        if st.st_size > MAX_MODEL_BYTES:
+            return st.st_size, "too large"
+        try:
+            f, size = files.open_regular(path, "stored model", follow=False)
+        except IOFailure as e:
+            if e.reason == "not_found":
+                return 0, "missing"
+            raise
+        h = hashlib.sha256()
+        total = 0
+        with f:
+            while total <= MAX_MODEL_BYTES:
+                try:
+                    chunk = f.read(files.READ_STEP)
+                except OSError as e:
+                    raise files.read_failure(e, "stored model", path) from None
+                if not chunk:
+                    break
+                h.update(chunk)
+                total += len(chunk)
+        if total > MAX_MODEL_BYTES:
+            return total, "too large"
+        return total, None if h.hexdigest() == name[: -len(SUFFIX)] else "hash"
+
     def list(self) -> list[Entry]:
-        """Every model file, by name, each re-hashed."""
-        if not self.root.is_dir():
-            raise InputError("file", f"store {self.root} is not a directory")
+        """Every name of a model file, each checked and re-hashed."""
+        try:
+            names = sorted(n for n in os.listdir(self.root) if _NAME.fullmatch(n))
+        except NotADirectoryError:
+            raise IOFailure("not_regular", f"store {self.root} is not a directory") from None
+        except OSError as e:
+            raise files.read_failure(e, "store", self.root) from None
         entries = []
-        for path in sorted(p for p in self.root.iterdir() if _NAME.fullmatch(p.name)):
-            data = files.read_bytes(path, "stored model")
-            name = path.name[: -len(SUFFIX)]
-            entries.append(Entry(name, len(data), hashlib.sha256(data).hexdigest() == name))
+        for name in names:
+            size, problem = self._check(name)
+            if problem != "missing":   # removed while listing
+                entries.append(Entry(name[: -len(SUFFIX)], size, problem is None, problem))
         return entries
+

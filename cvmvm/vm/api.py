@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
 
@@ -15,9 +16,10 @@ from isa.table import OP_BY_NAME
 from isa.types import INT32, MAX_DIM, TensorType, bitlen, vm_dtype
 from serializer import cortex, kinds, native
 from serializer.hashing import outputs_hash, tensor_hash
-from serializer.limits import MAX_PARAMS_BYTES
+from serializer.limits import MAX_GRAPH_JSON_BYTES, MAX_PARAMS_BYTES
 from cvmvm import files
 from cvmvm.vm.batching import Batch
+from cvmvm.vm.blas import hashing_alongside
 from cvmvm.vm.execute import Clipping, TensorObserver, execute, peak_bytes, prepare_inputs
 from cvmvm.vm.trace import Trace, Tracer, build_trace, tensor_name
 from cvmvm.vm.verify import (DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, kept_memory, verify,
@@ -162,7 +164,7 @@ class Model:
         """Write the model in the native format (atomically: a complete file or none)."""
         if not isinstance(path, (str, os.PathLike)):
             raise UsageError("argument", f"save: expected a path, got {type(path).__name__}")
-        files.write_atomic(path, self.canonical_bytes)
+        files.write_file(path, self.canonical_bytes, "model")
 
     def run(self, inputs: Feeds, trace: bool = False, keep: bool = False) -> Result:
         """Run once.  ``trace``: hash every tensor into a Merkle-committed trace.  ``keep``: keep
@@ -185,7 +187,8 @@ class Model:
                     tracer(t, value)
                 kept.append(value)  # tensors arrive in id order
         clipped: list[Clipping] = []
-        outputs, peak = execute(self.program, inputs, observe, clipped)
+        with hashing_alongside(self.program) if trace else nullcontext():
+            outputs, peak = execute(self.program, inputs, observe, clipped)
         if tracer is not None:
             digests = tuple(tracer.digests[t] or b"" for t in self.program.model.outputs)
         else:
@@ -272,14 +275,21 @@ def load_cortex(graph: Any, params: Any = None, *, ops_limit: int | None = None,
                 memory_limit: int | None = DEFAULT_MEMORY_LIMIT, work_limit: int | None = DEFAULT_WORK_LIMIT) -> Model:
     """Load and verify a Cortex model (graph: path, JSON text, bytes or dict; params: path, bytes or None);
     limits as for ``load``."""
+    if isinstance(graph, os.PathLike) or (isinstance(graph, str) and not graph.lstrip().startswith("{")):
+        graph = files.read_bytes(graph, "graph JSON", MAX_GRAPH_JSON_BYTES)
+    if isinstance(params, (str, os.PathLike)):
+        params = files.read_bytes(params, "params", MAX_PARAMS_BYTES)
     return Model(verify(cortex.read_cortex(graph, params), _limits(ops_limit, memory_limit, work_limit)))
 
 
-def _run_op_type(k: int, value: np.ndarray, precision: int | None) -> TensorType:
+def _run_op_type(k: int, value: np.ndarray, precision: int | None, int32_only: bool) -> TensorType:
+    """The type a run_op input stands for.  An int64 array stands for int32 values only where the op
+    takes nothing but int32; for an op with its own dtype rule (max_pool) every array has its own
+    dtype, so run_op refuses exactly what a model refuses."""
     if not isinstance(value, np.ndarray):
         raise InputError("dtype", f"input {k}: expected a numpy array, got {type(value).__name__}")
     shape = tuple(int(d) for d in value.shape)
-    if value.dtype.kind == "i" and value.dtype.itemsize in (4, 8):
+    if value.dtype.kind == "i" and (value.dtype.itemsize == 4 or (value.dtype.itemsize == 8 and int32_only)):
         lo, hi = (int(value.min()), int(value.max())) if value.size else (0, 0)
         if lo < -(1 << 31) or hi > (1 << 31) - 1:
             raise InputError("value", f"input {k}: values [{lo}, {hi}] do not fit int32")
@@ -314,7 +324,8 @@ def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str,
     if precisions is not None and len(precisions) != len(inputs):
         raise InputError("precision", f"{len(precisions)} precisions for {len(inputs)} inputs")
     record = parse_attrs(op.attrs, dict(attrs or {}), fill_defaults=True)
-    types = [_run_op_type(k, v, None if precisions is None else precisions[k]) for k, v in enumerate(inputs)]
+    types = [_run_op_type(k, v, None if precisions is None else precisions[k], op.dtypes is None)
+             for k, v in enumerate(inputs)]
     program = verify_instruction(op, record, list(zip(types, inputs)), limits)
     # _run_op_type types an int64 array int32 when its values fit; the program reads int32.
     feeds = {f"in{k}": np.asarray(v, dtype=np.int32) if t.dtype == INT32 else v

@@ -9,13 +9,12 @@ the graph rules (counts, topology, names, precisions, storage: ``invalid.*``,
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from isa.attrs import INT32_MAX
-from isa.errors import InputError, InvalidError, LimitError, MalformedError, UsageError
+from isa.errors import InvalidError, LimitError, MalformedError, UsageError
 from isa.spec import OpDef
 from isa.table import OP_BY_NAME
 from isa.types import (DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, Shape, TensorType, check_shape,
@@ -43,9 +42,9 @@ STORAGE_REUSE_OPS = frozenset({
 def read_cortex(graph: Any, params: Any = None) -> Model:
     """Decode a Cortex model.
 
-    ``graph``: a dict (parsed JSON), JSON text (a str starting with '{'),
-    UTF-8 bytes, or a path.  ``params``: bytes, a path, or None (no params
-    file).  Raises CvmError for anything the format does not allow.
+    ``graph``: a dict (parsed JSON), JSON text (a str), or UTF-8 bytes.
+    ``params``: bytes or None (no params file).  Raises CvmError for anything
+    the format does not allow.  (cvmvm.load_cortex also takes paths.)
     """
     doc = load_json(_graph_bytes(graph), "graph_json", "graph JSON") if not isinstance(graph, dict) else graph
     blob = None if params is None else _source_bytes(params, limits.MAX_PARAMS_BYTES, "params")
@@ -105,7 +104,7 @@ class _Node:
 
 
 def _graph_bytes(graph: Any) -> bytes:
-    if isinstance(graph, str) and graph.lstrip().startswith("{"):
+    if isinstance(graph, str):
         try:
             data = graph.encode("utf-8")
         except UnicodeEncodeError as e:
@@ -116,20 +115,13 @@ def _graph_bytes(graph: Any) -> bytes:
 
 
 def _source_bytes(source: Any, limit: int, what: str) -> bytes:
-    """Bytes given directly, or read from a path, bounded by ``limit``."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data = bytes(source)
-    elif isinstance(source, (str, os.PathLike)):
-        try:
-            with open(source, "rb") as f:
-                _check_size(os.fstat(f.fileno()).st_size, limit, f"{what} file {source}")
-                data = f.read(limit + 1)
-        except OSError as e:
-            raise InputError("file", f"{what} file {source}: {e.strerror or e}") from None
-    else:
-        raise UsageError("argument", f"{what}: expected bytes or a path, got {type(source).__name__}")
-    _check_size(len(data), limit, what)
-    return data
+    """Bytes given directly, bounded by ``limit`` (files are read by cvmvm.files, above this layer:
+    cvmvm.load_cortex takes paths)."""
+    if not isinstance(source, (bytes, bytearray, memoryview)):
+        raise UsageError("argument", f"{what}: expected bytes, got {type(source).__name__} "
+                                     "(cvmvm.load_cortex reads paths)")
+    _check_size(len(source), limit, what)
+    return bytes(source)
 
 
 def _check_size(size: int, limit: int, what: str) -> None:

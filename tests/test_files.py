@@ -1,0 +1,484 @@
+"""cvmvm.files: bounded reads (every failure an io.* or a limit), checked outputs, and outputs
+committed as one unit, all old or all new wherever a command dies."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import resource
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cvmvm import files
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.cli.main import main
+from isa.errors import CvmError
+from tests.test_receipt import mlp_model
+
+REPO = Path(__file__).resolve().parent.parent
+DIGITS = REPO / "fixtures" / "models" / "digits"
+
+
+def code_of(fn, *args, **kwargs) -> str:
+    with pytest.raises(CvmError) as e:
+        fn(*args, **kwargs)
+    return e.value.code
+
+
+def cli(capsys, argv: list[str]) -> tuple[int, str]:
+    """Exit code and the one error line (empty on success)."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert err.count("\n") <= 1 and "Traceback" not in err
+    return code, err.strip()
+
+
+# -- reading -------------------------------------------------------------------
+
+def test_read_bytes_checks_the_kind_before_opening(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)           # opening it for reading would block until a writer comes
+    assert code_of(files.read_bytes, fifo, "model") == "io.not_regular"
+    assert code_of(files.read_bytes, "/dev/zero", "model") == "io.not_regular"
+    assert code_of(files.read_bytes, tmp_path, "model") == "io.not_regular"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    assert code_of(files.read_bytes, tmp_path / "sock", "model") == "io.not_regular"
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert code_of(files.read_bytes, tmp_path / "loop", "model") == "io.not_regular"
+    assert code_of(files.read_bytes, tmp_path / "missing", "model") == "io.not_found"
+    assert code_of(files.read_bytes, tmp_path / "missing" / "x", "model") == "io.not_found"
+    (tmp_path / "real").write_bytes(b"abc")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert files.read_bytes(tmp_path / "link", "model") == b"abc"
+    assert code_of(files.read_bytes, tmp_path / "link", "model", follow=False) == "io.not_regular"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_read_bytes_permission(tmp_path):
+    (tmp_path / "secret").write_bytes(b"x")
+    (tmp_path / "secret").chmod(0)
+    assert code_of(files.read_bytes, tmp_path / "secret", "model") == "io.permission"
+
+
+def test_read_bytes_limits_before_reading(tmp_path):
+    (tmp_path / "f").write_bytes(b"0123456789")
+    assert files.read_bytes(tmp_path / "f", "x", 10) == b"0123456789"
+    assert code_of(files.read_bytes, tmp_path / "f", "x", 9) == "limit.bytes"
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.truncate((1 << 32) + 1)          # 4 GiB + 1 of nothing: refused from its size alone
+    assert code_of(files.read_bytes, sparse, "model") == "limit.bytes"
+
+
+def test_read_bytes_in_steps(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "READ_STEP", 7)
+    data = bytes(range(256)) * 3
+    (tmp_path / "f").write_bytes(data)
+    assert files.read_bytes(tmp_path / "f", "x") == data
+
+
+def _under_4_gib(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter whose address space is limited to 4 GiB."""
+    prelude = "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120,
+                          cwd=REPO)
+
+
+def test_small_files_are_read_under_a_4_gib_address_space(tmp_path):
+    # Defect: read(2^32 + 1) reserved 4 GiB before reading a 5-byte file (internal.bug: MemoryError).
+    (tmp_path / "five").write_bytes(b"abcde")
+    npy = tmp_path / "huge.npy"
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824,), }"
+    npy.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\x00" * 64)
+    proc = _under_4_gib("import sys\nfrom cvmvm.cli.main import main\n"
+                        f"print(main(['verify', {str(tmp_path / 'five')!r}]))\n"
+                        f"print(main(['hash', {str(npy)!r}]))\n")
+    assert proc.stdout.split() == [str(EXIT_CODES["malformed"])] * 2, proc.stderr
+    assert "internal" not in proc.stderr
+
+
+def npy(tmp_path: Path, header: str | bytes, data: bytes = b"", version: int = 1, raw_len: bytes | None = None) -> Path:
+    text = header.encode("latin-1") if isinstance(header, str) else header
+    width = 2 if version == 1 else 4
+    path = tmp_path / "x.npy"
+    path.write_bytes(b"\x93NUMPY" + bytes([version, 0]) + (raw_len or len(text).to_bytes(width, "little"))
+                     + text + data)
+    return path
+
+
+@pytest.mark.parametrize("header, data, code", [
+    # the size the header declares is checked against the file before anything is read
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824,), }", b"\0" * 100, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", b"\0" * 23, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", b"\0" * 25, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (1 << 40,), }", b"", "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (1099511627776, 4096), }", b"", "limit.bytes"),
+    # zero-size and non-numeric dtypes (numpy: OverflowError on a zero itemsize)
+    ("{'descr': '|V0', 'fortran_order': False, 'shape': (3,), }", b"", "input.dtype"),
+    ("{'descr': '<U0', 'fortran_order': False, 'shape': (3,), }", b"", "input.dtype"),
+    ("{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", b"\0" * 16, "input.dtype"),
+    ("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (1,), }", b"\0" * 4, "input.dtype"),
+    ("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", b"\0" * 8, "malformed.npy"),
+    ("{'descr': 'zz', 'fortran_order': False, 'shape': (1,), }", b"", "input.dtype"),
+    ("{'descr': ',i8', 'fortran_order': True, 'shape': (2, 3), }", b"\0" * 48, "input.dtype"),  # np.dtype: SyntaxError
+    ("{'descr': '<i16', 'fortran_order': False, 'shape': (1,), }", b"\0" * 16, "malformed.npy"),
+    ("{'descr': '<U3', 'fortran_order': False, 'shape': (1,), }", b"\0" * 12, "input.dtype"),
+    # bad headers: each one clean line (they gave 3-line messages, TypeError, tokenizer errors)
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (2,3 }", b"", "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': 0, 'shape': (1,), }", b"\0" * 4, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (True,), }", b"\0" * 4, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (-1,), }", b"", "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': [1], }", b"\0" * 4, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False}", b"", "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (1,), 'x': 1}", b"\0" * 4, "malformed.npy"),
+    ("[" * 5000, b"", "malformed.npy"),
+    ("'\"\"\"\n\n\n", b"", "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (" + "9" * 5000 + ",), }", b"", "malformed.npy"),
+    (b"\xff\xfe{}", b"", "malformed.npy"),
+])
+def test_read_npy_refuses_with_one_line(tmp_path, capsys, header, data, code):
+    path = npy(tmp_path, header, data)
+    assert code_of(files.read_npy, path) == code
+    exit_code, err = cli(capsys, ["hash", str(path)])
+    assert exit_code == EXIT_CODES[code.split(".")[0]] and err.startswith(f"cvmvm: error {code}:")
+
+
+def test_long_digit_strings_do_not_depend_on_the_environment(tmp_path):
+    path = npy(tmp_path, "{'descr': '<i4', 'fortran_order': False, 'shape': (" + "9" * 5000 + ",), }")
+    for env in ({}, {"PYTHONINTMAXSTRDIGITS": "0"}):
+        proc = subprocess.run([sys.executable, "-m", "cvmvm", "hash", str(path)], capture_output=True, text=True,
+                              env={**os.environ, **env}, cwd=REPO, timeout=120)
+        assert proc.returncode == EXIT_CODES["malformed"], proc.stderr
+        assert proc.stderr.startswith("cvmvm: error malformed.npy")
+
+
+def test_read_npy_header_bounds(tmp_path):
+    assert code_of(files.read_npy, npy(tmp_path, "{}", version=2, raw_len=(1 << 31).to_bytes(4, "little"))) \
+        == "malformed.npy"
+    assert code_of(files.read_npy, npy(tmp_path, "{}", version=9)) == "malformed.npy"
+    assert code_of(files.read_npy, npy(tmp_path, "{'descr'", raw_len=(500).to_bytes(2, "little"))) == "malformed.npy"
+    (tmp_path / "short.npy").write_bytes(b"\x93NUM")
+    assert code_of(files.read_npy, tmp_path / "short.npy") == "malformed.npy"
+
+
+@pytest.mark.parametrize("value", [
+    np.arange(6, dtype=np.int32).reshape(2, 3),
+    np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4)),
+    np.arange(5, dtype=">i4"),
+    np.array([True, False]),
+    np.zeros((0, 3), dtype=np.uint8),
+    np.float32(2.5) * np.ones(()),
+])
+def test_read_npy_reads_what_numpy_writes(tmp_path, value):
+    for version in ((1, 0), (2, 0), (3, 0)):
+        path = tmp_path / "v.npy"
+        with open(path, "wb") as f:
+            np.lib.format.write_array(f, value, version=version, allow_pickle=False)
+        got = files.read_npy(path)
+        assert got.dtype == value.dtype and got.shape == value.shape and np.array_equal(got, value)
+
+
+# -- outputs checked before the work -------------------------------------------------
+
+@pytest.fixture()
+def small(tmp_path) -> dict[str, Path]:
+    (tmp_path / "m.cvm").write_bytes(mlp_model().canonical_bytes)
+    np.save(tmp_path / "x.npy", np.array([[5, -100, 120, 7]], dtype=np.int32))
+    return {"model": tmp_path / "m.cvm", "x": tmp_path / "x.npy", "dir": tmp_path}
+
+
+def run_argv(small, *extra: str) -> list[str]:
+    return ["run", str(small["model"]), "--input", f"x={small['x']}", *extra]
+
+
+@pytest.mark.parametrize("option", ["--trace", "--receipt", "--save-outputs"])
+def test_an_output_in_a_missing_directory_fails_before_the_run(capsys, small, option, monkeypatch):
+    ran = []
+    monkeypatch.setattr("cvmvm.cli.model.load_model", lambda *a: ran.append(a))
+    target = "/nonexistent/t.out" if option != "--save-outputs" else "/nonexistent/dir/out"
+    code, err = cli(capsys, run_argv(small, option, target))
+    assert code == EXIT_CODES["io"] == 8 and err.startswith("cvmvm: error io.not_found:")
+    assert target in err and not ran
+
+
+def test_every_writing_command_names_the_path_it_was_given(capsys, small, tmp_path):
+    bad = "/nonexistent/out"
+    for argv in (["prove-step", str(small["model"]), "--input", f"x={small['x']}", "--step", "0", "--out", bad],
+                 ["convert", str(small["model"]), bad + ".json"],
+                 ["store", "add", bad, str(small["model"])]):
+        code, err = cli(capsys, argv)
+        assert code == EXIT_CODES["io"] and err.startswith("cvmvm: error io.") and bad in err, argv
+        assert ".tmp" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.cvm", "x.npy"]
+
+
+def test_an_output_that_is_a_directory_or_device(capsys, small):
+    (small["dir"] / "d").mkdir()
+    code, err = cli(capsys, run_argv(small, "--trace", str(small["dir"] / "d")))
+    assert code == EXIT_CODES["io"] and "io.not_regular" in err
+    code, err = cli(capsys, run_argv(small, "--receipt", "/dev/null"))
+    assert code == EXIT_CODES["io"] and "io.not_regular" in err
+    code, err = cli(capsys, run_argv(small, "--save-outputs", str(small["x"])))
+    assert code == EXIT_CODES["io"] and "io.not_regular" in err
+
+
+def test_an_output_equal_to_an_input_is_refused(capsys, small):
+    d, m, x = small["dir"], str(small["model"]), str(small["x"])
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    for argv in (run_argv(small, "--trace", x),
+                 run_argv(small, "--receipt", m),
+                 run_argv(small, "--receipt", str(d / "." / "m.cvm")),
+                 run_argv(small, "--trace", str(d / "t.json"), "--receipt", str(d / "t.json")),
+                 ["prove-step", m, "--input", f"x={x}", "--step", "0", "--out", m],
+                 ["convert", m, m]):
+        code, err = cli(capsys, argv)
+        assert code != 0 and err.startswith("cvmvm: error "), argv
+    (d / "link.json").symlink_to(small["x"])
+    code, _ = cli(capsys, run_argv(small, "--trace", str(d / "link.json")))
+    assert code != 0
+    out = d / "out"
+    out.mkdir()
+    np.save(out / "output_0.npy", np.array([[5, -100, 200, 7]], dtype=np.int32))
+    code, err = cli(capsys, ["run", m, "--input", f"x={out / 'output_0.npy'}", "--save-outputs", str(out)])
+    assert code != 0 and "output_0.npy" in err
+    code, err = cli(capsys, run_argv(small, "--save-outputs", str(out), "--trace", str(out / "output_3.npy")))
+    assert code != 0
+    assert {n: (d / n).read_bytes() for n in before} == before
+
+
+def test_convert_checks_the_suffix_against_the_direction(capsys, tmp_path):
+    (tmp_path / "g.json").write_bytes(gzip.decompress((DIGITS / "graph.json.gz").read_bytes()))
+    (tmp_path / "g.params").write_bytes(gzip.decompress((DIGITS / "params.bin.gz").read_bytes()))
+    g, p = str(tmp_path / "g.json"), str(tmp_path / "g.params")
+    code, err = cli(capsys, ["convert", g, "--params", p, str(tmp_path / "n.json")])
+    assert code != 0 and ".cvm" in err and not (tmp_path / "n.json").exists()
+    code, _ = cli(capsys, ["convert", g, "--params", p, str(tmp_path / "n.cvm")])
+    assert code == 0
+    n = str(tmp_path / "n.cvm")
+    for wrong in ("back.cvm", "back", "back.params"):
+        code, err = cli(capsys, ["convert", n, str(tmp_path / wrong)])
+        assert code != 0 and ".json" in err and not (tmp_path / wrong).exists()
+    code, err = cli(capsys, ["convert", n, str(tmp_path / "back.json"), "--params-out", n])
+    assert code != 0
+    code, _ = cli(capsys, ["convert", n, str(tmp_path / "back.json")])
+    assert code == 0 and (tmp_path / "back.json").exists() and (tmp_path / "back.params").exists()
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_files_are_created_with_the_umask_mode(capsys, small, mask):
+    old = os.umask(mask)
+    try:
+        d = small["dir"]
+        code, _ = cli(capsys, run_argv(small, "--trace", str(d / "t.json"), "--receipt", str(d / "r.bin"),
+                                       "--save-outputs", str(d / "o")))
+        assert code == 0
+        for p in (d / "t.json", d / "r.bin", d / "o" / "output_0.npy"):
+            assert stat.S_IMODE(p.stat().st_mode) == 0o666 & ~mask, p
+        assert stat.S_IMODE((d / "o").stat().st_mode) == 0o777 & ~mask
+        code, _ = cli(capsys, ["store", "add", str(d / "s"), str(small["model"])])
+        assert code == 0
+        stored = next((d / "s").iterdir())
+        assert stat.S_IMODE(stored.stat().st_mode) == 0o666 & ~mask
+    finally:
+        os.umask(old)
+
+
+def test_save_outputs_removes_stale_outputs_and_nothing_else(capsys, small):
+    out = small["dir"] / "o"
+    out.mkdir()
+    for name in ("output_0.npy", "output_1.npy", "output_17.npy", "notes.txt", "output_x.npy"):
+        (out / name).write_bytes(b"old")
+    code, _ = cli(capsys, run_argv(small, "--save-outputs", str(out)))
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "output_0.npy", "output_x.npy"]
+    assert np.load(out / "output_0.npy").shape == (1, 3)
+
+
+# -- a failed write ------------------------------------------------------------------
+
+def test_a_failed_write_is_io_write_names_the_path_and_leaves_old_files(capsys, small, monkeypatch):
+    d = small["dir"]
+    argv = run_argv(small, "--trace", str(d / "t.json"), "--receipt", str(d / "r.bin"))
+    assert cli(capsys, argv)[0] == 0
+    old = {n: (d / n).read_bytes() for n in ("t.json", "r.bin")}
+    calls = []
+    real_write = os.write
+
+    def full_disk(fd, data):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_disk)
+    code, err = cli(capsys, run_argv(small, "--trace", str(d / "t.json"), "--receipt", str(d / "r.bin"),
+                                     "--ops-limit", "1000000"))
+    monkeypatch.undo()
+    assert code == EXIT_CODES["io"] and err.startswith("cvmvm: error io.write: cannot write --trace ")
+    assert str(d / "t.json") in err and "No space left" in err
+    assert {n: (d / n).read_bytes() for n in old} == old
+    assert not [p for p in d.iterdir() if files.is_own_temp(p.name)]
+
+
+# -- one unit: all old or all new, wherever the writer dies ----------------------------------
+
+def _unit(tmp_path: Path, tag: bytes, count: int) -> files.Outputs:
+    """Three files over two directories and a directory of ``count`` owned files."""
+    out = files.Outputs()
+    for rel in ("a/t.json", "a/r.bin", "b/x.bin"):
+        out.put(out.file(tmp_path / rel, rel), tag + rel.encode())
+    saved = out.directory(tmp_path / "b" / "o", "o", r"output_[0-9]+\.npy")
+    for k in range(count):
+        out.put_in(saved, f"output_{k}.npy", tag + str(k).encode())
+    return out
+
+
+def _state(tmp_path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+
+def _expected(tmp_path: Path, tag: bytes, count: int) -> dict[str, bytes]:
+    state = {rel: tag + rel.encode() for rel in ("a/t.json", "a/r.bin", "b/x.bin")}
+    state.update({f"b/o/output_{k}.npy": tag + str(k).encode() for k in range(count)})
+    return state
+
+
+def test_a_unit_is_all_old_or_all_new_at_every_crash_point(tmp_path):
+    """Kill the writer before each of its file-system calls in turn (forked child, os._exit)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _unit(tmp_path, b"old ", 3).commit()
+    old = _expected(tmp_path, b"old ", 3)
+    new = _expected(tmp_path, b"new ", 2)
+    assert _state(tmp_path) == old
+    outcomes = set()
+    for k in range(200):
+        pid = os.fork()
+        if pid == 0:   # the child dies just before its k-th call
+            count = [0]
+
+            def dying(fn):
+                def call(*args, **kwargs):
+                    count[0] += 1
+                    if count[0] > k:
+                        os._exit(99)
+                    return fn(*args, **kwargs)
+                return call
+            for name in ("replace", "unlink", "mkdir", "fsync", "write", "open"):
+                setattr(os, name, dying(getattr(os, name)))
+            try:
+                _unit(tmp_path, b"new ", 2).commit()
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        seen = _state(tmp_path)
+        # every final name holds a whole file, old or new, at every moment
+        for rel, data in seen.items():
+            if not files.is_own_temp(Path(rel).name):
+                assert data in (old.get(rel), new.get(rel)), (k, rel)
+        files.recover(tmp_path / "a")
+        files.recover(tmp_path / "b")
+        files.recover(tmp_path / "b" / "o")
+        after = _state(tmp_path)
+        assert after in (old, new), (k, after)
+        outcomes.add("new" if after == new else "old")
+        if os.waitstatus_to_exitcode(status) == 0:
+            break
+        # back to the old state for the next crash point
+        for rel in list(after):
+            (tmp_path / rel).unlink()
+        for rel, data in old.items():
+            (tmp_path / rel).write_bytes(data)
+    else:
+        pytest.fail("the commit never finished")
+    assert outcomes == {"old", "new"} and k > 10, k
+
+
+def test_recovery_of_a_unit_named_in_another_directory(tmp_path):
+    """A killed unit over a/ and b/ is finished by the next unit writing only into b/."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _unit(tmp_path, b"old ", 1).commit()
+    pid = os.fork()
+    if pid == 0:
+        real = os.replace
+
+        def replace(src, dst):
+            if not str(src).endswith(".commit") and ".cvmvm-" in str(src) and "x.bin" in str(dst):
+                os._exit(99)          # after the commit point, before b/x.bin is renamed
+            return real(src, dst)
+        os.replace = replace
+        try:
+            _unit(tmp_path, b"new ", 1).commit()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert (tmp_path / "a" / "t.json").read_bytes() == b"new a/t.json"
+    assert (tmp_path / "b" / "x.bin").read_bytes() == b"old b/x.bin"
+    files.write_file(tmp_path / "b" / "other", b"z", "other")
+    assert _state(tmp_path) == {**_expected(tmp_path, b"new ", 1), "b/other": b"z"}
+
+
+def test_a_planted_commit_record_is_ignored(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    (tmp_path / "d").mkdir()
+    token = "0" * files.TOKEN_HEX
+    record = {"format": files.COMMIT_FORMAT, "dirs": [str(tmp_path / "d")], "renames": [],
+              "removes": [str(victim)]}
+    (tmp_path / "d" / files.record_name(token)).write_text(json.dumps(record))
+    files.recover(tmp_path / "d")
+    assert victim.read_bytes() == b"keep" and list((tmp_path / "d").iterdir()) == []
+
+
+def test_json_has_no_infinities(capsys, tmp_path):
+    # Defect: --json printed -Infinity for a float max_pool window of only -inf and NaN.
+    from isa.attrs import parse_attrs
+    from isa.table import OP_BY_NAME
+    from isa.types import TensorType
+    from serializer.model import Input, Instr, Model as ModelIR
+    from cvmvm.vm.api import Model
+    from cvmvm.vm.verify import verify
+    attrs = parse_attrs(OP_BY_NAME["max_pool"].attrs, dict(
+        kernel_shape=(2,), strides=(2,), dilations=(1,), pads=(0, 0), auto_pad="NOTSET", ceil_mode=0,
+        storage_order=0, index_axis=0, index_dtype="int64"), fill_defaults=False)
+    ir = ModelIR((Input("x", TensorType((1, 1, 4), None, "float32")),), (),
+                 (Instr("max_pool", attrs, (0,), (1, 2)),), (1, 0))
+    (tmp_path / "m.cvm").write_bytes(Model(verify(ir)).canonical_bytes)
+    np.save(tmp_path / "x.npy", np.array([[[-np.inf, np.nan, 2.5, np.inf]]], dtype=np.float32))
+    code = main(["run", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}", "--json"])
+    out = capsys.readouterr().out
+
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON")
+    info = json.loads(out, parse_constant=refuse)
+    assert code == 0
+    y, x = info["outputs"]
+    assert (y["min"], y["max"]) == ("-inf", "inf") and (x["min"], x["max"]) == ("-inf", "inf")
+    np.save(tmp_path / "x.npy", np.full((1, 1, 4), np.nan, dtype=np.float32))
+    main(["run", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}", "--json"])
+    captured = capsys.readouterr()
+    y, x = json.loads(captured.out, parse_constant=refuse)["outputs"]
+    assert (y["min"], x["min"], x["max"]) == ("-inf", "nan", "nan") and captured.err == ""
+
+
+def test_a_file_system_without_flock_still_gets_its_files(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+    stale = tmp_path / files.temp_name("t.json", "ab" * 8)
+    stale.write_bytes(b"maybe another writer's")
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    files.write_file(tmp_path / "t.json", b"new", "--trace")
+    assert (tmp_path / "t.json").read_bytes() == b"new"
+    assert stale.exists()   # unlocked, it may belong to a live writer: left alone
