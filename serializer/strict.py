@@ -11,6 +11,7 @@ a receipt that does not decode is ``malformed.receipt``, a transaction file
 from __future__ import annotations
 
 import builtins
+import json
 import struct
 from typing import Any, Callable, TypeVar
 
@@ -24,6 +25,7 @@ from isa.types import DTYPES, INT32, WIRE_DTYPES, MAX_PRECISION, MIN_PRECISION, 
 MAX_ITEMS = 1 << 20       # items in any msgpack array
 MAX_KEYS = 64             # entries in any msgpack map
 MAX_NAME = 1 << 10        # bytes in any msgpack str
+MAX_JSON_DIGITS = 20      # digits in a JSON integer: every valid one has fewer (2^64 has 20)
 
 Record = TypeVar("Record")
 
@@ -293,3 +295,35 @@ def decode(data: bytes, reader: Reader, max_bytes: int, what: str,
     if pack(to_wire(record)) != data:
         raise MalformedError("noncanonical", f"the bytes decode, but are not the canonical encoding of the {what}")
     return record
+
+
+# -- strict JSON ---------------------------------------------------------------------------
+
+def parse_json(text: str, reason: str, what: str) -> Any:
+    """JSON with no duplicate keys, no NaN/Infinity, and no integer token of more than
+    MAX_JSON_DIGITS digits (``int()`` of a longer one depends on PYTHONINTMAXSTRDIGITS, so it
+    is refused before); too deep a nesting is refused too.  ``malformed.<reason>`` otherwise."""
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                raise MalformedError(reason, f"{what}: key {key[:40]!r} appears twice in one object")
+            obj[key] = value
+        return obj
+
+    def no_constant(name: str) -> Any:
+        raise MalformedError(reason, f"{what}: {name} is not a JSON value")
+
+    def bounded_int(token: str) -> int:
+        if len(token) - token.startswith("-") > MAX_JSON_DIGITS:
+            raise MalformedError(reason, f"{what}: an integer of {len(token)} characters; none may have more "
+                                         f"than {MAX_JSON_DIGITS} digits")
+        return int(token)
+
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant, parse_int=bounded_int)
+    except RecursionError:
+        raise MalformedError(reason, f"{what} is nested too deeply") from None
+    except ValueError as e:
+        raise MalformedError(reason, f"{what} does not parse: {e}") from None

@@ -86,3 +86,26 @@ def test_every_operator_record_of_the_reference_cases_reads_back():
             assert read_operator_attrs(OP_BY_NAME[instr.op], text, "test") == instr.attrs, text
             seen += 1
     assert seen > 100
+
+
+@pytest.mark.parametrize("text, value", [
+    ("0" * 5000 + "7", 7),
+    ("-" + "0" * 5000 + "2147483648", -(1 << 31)),
+    ("9" * 5000, None),
+    ("1" + "0" * 10, None),
+    ("2147483647", (1 << 31) - 1),
+])
+def test_long_digit_strings_never_reach_int(text, value):
+    # int() of more than 4,300 digits raises ValueError unless PYTHONINTMAXSTRDIGITS says otherwise.
+    if value is None:
+        with pytest.raises(CvmError) as e:
+            decode_attr(INT, text, "x")
+        assert e.value.code == "malformed.attr"
+    else:
+        assert decode_attr(INT, text, "x") == value
+    ints = f"({text}, 1)"
+    if value is None:
+        with pytest.raises(CvmError):
+            decode_attr(INTS, ints, "x")
+    else:
+        assert decode_attr(INTS, ints, "x") == (value, 1)

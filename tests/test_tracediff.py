@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -14,6 +15,8 @@ from cvmvm.cli.common import EXIT_CODES
 from cvmvm.vm.trace import trace_to_json
 from isa.errors import CvmError
 from serializer.hashing import KIND_NAMES, leaf_hash, merkle_root, trace_root
+from cvmvm.vm.api import Model
+from cvmvm.vm.verify import verify
 from tests.test_receipt import cli_json, mlp_model, pair_model
 
 X = {"x": np.array([[5, -100, 120, 7]], dtype=np.int32)}
@@ -33,7 +36,7 @@ def reroot(doc: dict) -> dict:
 
 
 def loaded(doc: dict):
-    return trace_codec.load_trace(trace_bytes(doc), "trace")
+    return tracediff.read_trace(trace_bytes(doc), "trace")
 
 
 def test_identical_traces():
@@ -57,7 +60,8 @@ def test_one_wrong_op_is_isolated():
 def test_differing_inputs_are_named_first():
     model = mlp_model()
     report = tracediff.diff(loaded(trace_doc(model, X)), loaded(trace_doc(model, Y)))
-    assert report["first_tensor"]["kind"] == "input" and report["first_tensor"]["name"] == "x"
+    first = report["first_entry"]["a"]
+    assert report["reason"] == "tensor" and first["kind"] == "input" and first["name"] == "x"
     ins = report["instruction"]
     assert (ins["index"], ins["op"], ins["inputs_agree"], ins["differing_inputs"]) == (0, "relu", False, [0])
     assert "its inputs differ too" in tracediff.render(report)
@@ -74,8 +78,85 @@ def test_different_models():
     report = tracediff.diff(loaded(trace_doc(mlp_model(), X)),
                             loaded(trace_doc(pair_model(), {"a": np.ones((2, 3), np.int32),
                                                             "b": np.ones((2, 3), np.int32)})))
-    assert report["reason"] == "model"
+    assert report["reason"] == "program" and not report["same_model"]
+    assert report["model_hash"] == [mlp_model().model_hash.hex(), pair_model().model_hash.hex()]
+    assert (report["first_entry"]["a"]["shape"], report["first_entry"]["b"]["shape"]) == ([1, 4], [2, 3])
     assert "different models" in tracediff.render(report)
+
+
+def test_models_that_differ_in_one_param_name_the_param_and_the_first_instruction():
+    # Defect: only "the traces are of different models".
+    model = mlp_model()
+    w = model.program.model.params[0]
+    other = np.array(w.value)
+    other[1, 2] += 1
+    other.setflags(write=False)
+    changed = Model(verify(dataclasses.replace(model.program.model, params=(
+        dataclasses.replace(w, value=other), *model.program.model.params[1:]))))
+    report = tracediff.diff(loaded(trace_doc(model, X)), loaded(trace_doc(changed, X)))
+    assert report["reason"] == "tensor" and not report["same_model"]
+    first = report["first_entry"]["a"]
+    assert (first["kind"], first["name"], first["tensor"]) == ("param", "w", 1)
+    ins = report["instruction"]
+    assert (ins["index"], ins["op"], ins["inputs_agree"], ins["differing_inputs"]) == (1, "dense", False, [1])
+    assert ins["attrs"]["units"] == 3
+    text = tracediff.render(report)
+    assert "different models" in text and "param 0 (w, tensor 1) differs first" in text and "dense" in text
+
+
+def test_cli_diff_of_two_models_exits_1(capsys, tmp_path):
+    (tmp_path / "a.json").write_bytes(trace_bytes(trace_doc(mlp_model(), X)))
+    (tmp_path / "b.json").write_bytes(trace_bytes(trace_doc(pair_model(), {"a": np.ones((2, 3), np.int32),
+                                                                           "b": np.ones((2, 3), np.int32)})))
+    code, info = cli_json(capsys, ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert code == 1 and info["first_entry"]["a"]["kind"] == "input" and not info["same_model"]
+
+
+# Each edit rewrites a field the root commits to; the root is then recomputed from the leaves as a
+# dishonest node would, but the node digests no longer match the fields (or the types the ops infer).
+FORGERIES = {
+    "op": lambda d: d["entries"][4].update(op="abs"),
+    "attrs": lambda d: d["entries"][5]["attrs"].update(units=4),
+    "inputs": lambda d: d["entries"][6].update(inputs=[5, 2]),
+    "instr shape": lambda d: d["entries"][7].update(shape=[3, 1]),
+    "instr dtype": lambda d: d["entries"][7].update(dtype="int64", precision=None),
+    "input shape": lambda d: d["entries"][0].update(shape=[4, 1]),
+    "param dtype": lambda d: d["entries"][1].update(dtype="int8", precision=None),
+    "kind": lambda d: d["entries"][3].update(kind="input", index=1),
+    "output count": lambda d: d["entries"].append({**d["entries"][7], "tensor": 8, "output": 1}),
+    "extra key": lambda d: d["entries"][2].update(note="x"),
+    "missing key": lambda d: d["entries"][2].pop("name"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(FORGERIES))
+def test_a_rewritten_field_is_refused(field):
+    doc = json.loads(json.dumps(trace_doc(mlp_model(), X)))
+    FORGERIES[field](doc)
+    with pytest.raises(CvmError) as e:
+        loaded(reroot(doc))
+    assert e.value.code == "malformed.trace"
+
+
+def test_names_are_labels_the_root_does_not_commit_to():
+    doc = json.loads(json.dumps(trace_doc(mlp_model(), X)))
+    doc["entries"][1]["name"] = "renamed"
+    assert loaded(doc).root == doc["root"]
+
+
+@pytest.mark.parametrize("text", [
+    b'{"entries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b"[" * 1_000_000,
+    b'{"format": "cvmvm-trace/1", "entries": [], "x": ' + b"9" * 5000 + b"}",
+    b'{"format": "cvmvm-trace/1", "format": "cvmvm-trace/1", "entries": []}',
+    b'{"format": "cvmvm-trace/1", "entries": [NaN]}',
+    b"\xff",
+])
+def test_hostile_json_is_malformed_trace(capsys, tmp_path, text):
+    # Defect: a deeply nested file gave RecursionError (internal.bug, exit 7).
+    (tmp_path / "t.json").write_bytes(text)
+    code, info = cli_json(capsys, ["diff", str(tmp_path / "t.json"), str(tmp_path / "t.json")])
+    assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.trace"
 
 
 @pytest.mark.parametrize("edit", [

@@ -138,7 +138,12 @@ def _scan_int(text: str, i: int) -> tuple[int, int] | None:
         i += 1
     if i == digits:
         return None
-    value = int(text[start:i])
+    # istream reads any number of leading zeros; past them, more than 10 digits is outside int32,
+    # and int() of a long digit string would depend on PYTHONINTMAXSTRDIGITS.
+    significant = text[digits:i].lstrip("0")
+    if len(significant) > 10:
+        return None
+    value = int(text[start:digits] + (significant or "0"))
     return (value, i) if INT32_MIN <= value <= INT32_MAX else None
 
 

@@ -7,11 +7,11 @@ reads back: ", " and ": " separators, keys in the order given, no \\u escapes.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from isa.errors import InvalidError, MalformedError
+from serializer import strict
 
 # The only string escapes the runtime's JSON reader knows (utils/json.h
 # ReadString); it aborts on any other, \u and \/ included.
@@ -34,22 +34,7 @@ def parse_json(text: str, reason: str, what: str) -> Any:
         if m.group(1) not in RUNTIME_ESCAPES:
             raise MalformedError(reason, f"{what}: string escape {m.group(0)!r} at offset {m.start()} is not "
                                          "one the Cortex runtime reads (\\r \\n \\t \\\\ \\\")")
-
-    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in obj:
-                raise MalformedError(reason, f"{what}: key {key!r} appears twice in one object")
-            obj[key] = value
-        return obj
-
-    def no_constant(name: str) -> Any:
-        raise MalformedError(reason, f"{what}: {name} is not a JSON value")
-
-    try:
-        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant)
-    except (ValueError, RecursionError) as e:
-        raise MalformedError(reason, f"{what} does not parse: {e}") from None
+    return strict.parse_json(text, reason, what)
 
 
 def json_text(value: Any) -> str:

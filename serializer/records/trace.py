@@ -5,7 +5,8 @@ Written by cvmvm.vm.trace.trace_to_json (through ``entry_to_json`` and
 ``trace_doc``) and ``trace_bytes`` (one JSON document) or ``trace_lines``
 (JSON lines: a header, then one entry per line, so line-based diff tools work
 on two traces); read back, in either form, by ``load_trace``, which checks
-every entry and recomputes the root from them.
+every entry, recomputes each entry's node digest from the fields it shows and
+the root from them, so no field the root commits to can be rewritten.
 """
 
 from __future__ import annotations
@@ -15,14 +16,22 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from isa.attrs import attrs_to_dict
-from isa.errors import MalformedError
+from isa.attrs import attr_fields, attrs_to_dict
+from isa.errors import CvmError, LimitError, MalformedError
+from isa.table import OP_BY_NAME
 from isa.types import TensorType
-from serializer.hashing import HASH_SIZE, KIND_NAMES, TraceEntry, leaf_hash, merkle_root, trace_root
+from serializer import strict
+from serializer.hashing import (HASH_SIZE, INPUT, INSTR, KIND_NAMES, TraceEntry, leaf_hash, merkle_root, node_digest,
+                                trace_root)
+from serializer.native import instr_descriptor, variable_descriptor
+from serializer.strict import MAX_ITEMS, MAX_NAME, Reader
 
 TRACE_VERSION = 1
 TRACE_FORMAT = f"cvmvm-trace/{TRACE_VERSION}"
-_INSTR = KIND_NAMES.index("instr")
+# A trace entry is a few hundred bytes of JSON; parsed, each byte costs some ten of memory.
+MAX_TRACE_BYTES = 1 << 28
+# One entry per tensor: a native model has at most 2^20 inputs, params and instructions.
+MAX_ENTRIES = 1 << 22
 
 
 def entry_to_json(e: TraceEntry, t: TensorType, name: str,
@@ -59,17 +68,13 @@ def trace_lines(doc: dict[str, Any]) -> bytes:
     return "".join(_line(row) + "\n" for row in [header, *doc["entries"]]).encode("utf-8")
 
 
-def _from_lines(data: bytes, what: str) -> Any:
-    """A JSON-lines trace as the document it spells (None when its first line is no header)."""
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
+def _from_lines(text: str, what: str) -> Any:
+    """A JSON-lines trace as the document it spells (None when its first line is no header);
+    each line is read as strictly as a whole document."""
+    lines = text.split("\n")
+    if lines[-1] == "":
         lines.pop()
-    rows = []
-    for k, line in enumerate(lines):
-        try:
-            rows.append(json.loads(line))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise MalformedError("trace", f"{what}: line {k + 1} is not JSON ({e})") from None
+    rows = [strict.parse_json(line, "trace", f"{what}: line {k + 1}") for k, line in enumerate(lines)]
     if not rows or type(rows[0]) is not dict or "entries" in rows[0]:
         return None
     return {**rows[0], "entries": rows[1:]}
@@ -78,11 +83,15 @@ def _from_lines(data: bytes, what: str) -> Any:
 def read_trace(data: bytes, what: str) -> dict[str, Any]:
     """The trace document of a trace file in either form."""
     try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        doc = _from_lines(data, what)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedError("trace", f"{what}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    try:
+        doc = strict.parse_json(text, "trace", what)
+    except MalformedError as e:
+        doc = _from_lines(text, what)
         if doc is None:
-            raise MalformedError("trace", f"{what}: not JSON ({e})") from None
+            raise e from None
     if type(doc) is not dict or doc.get("format") != TRACE_FORMAT or type(doc.get("entries")) is not list:
         raise MalformedError("trace", f"{what}: not a {TRACE_FORMAT} file")
     return doc
@@ -94,10 +103,22 @@ class Entry:
     index: int
     output: int
     tensor: int
-    precision: int | None
+    type: TensorType
     node: bytes
     digest: bytes
     row: dict[str, Any]  # the entry as the file has it (name, dtype, shape, op, attrs, ...)
+    op: str = ""                   # an instruction output's op, attributes and input tensor ids
+    attrs: Any = None
+    inputs: tuple[int, ...] = ()
+
+    @property
+    def precision(self) -> int | None:
+        return self.type.precision
+
+
+_READER = Reader("trace")
+ENTRY_KEYS = {"kind", "index", "output", "tensor", "dtype", "shape", "precision", "node", "hash", "name"}
+INSTR_KEYS = ENTRY_KEYS | {"op", "inputs", "attrs"}
 
 
 def _int(row: dict[str, Any], key: str, where: str) -> int:
@@ -118,17 +139,88 @@ def _hex_hash(row: dict[str, Any], key: str, where: str) -> bytes:
     return raw
 
 
+def _type(row: dict[str, Any], where: str) -> TensorType:
+    try:
+        return _READER.tensor_type(row, where)
+    except CvmError as e:   # a dtype, dim or precision out of its domain is a fault of the file here
+        raise MalformedError("trace", e.message) from None
+
+
+def _name(row: dict[str, Any], where: str) -> str:
+    name = row["name"]
+    try:
+        ok = type(name) is str and len(name.encode("utf-8")) <= MAX_NAME
+    except UnicodeEncodeError:   # a lone surrogate ("\ud800" in JSON) is no UTF-8 text
+        ok = False
+    if not ok:
+        raise MalformedError("trace", f"{where}.name: expected UTF-8 text of at most {MAX_NAME} bytes")
+    return name
+
+
 def _entry(row: Any, where: str) -> Entry:
     if type(row) is not dict or row.get("kind") not in KIND_NAMES:
         raise MalformedError("trace", f"{where}: expected an entry with kind one of {list(KIND_NAMES)}")
     kind = KIND_NAMES.index(row["kind"])
-    if kind == _INSTR and (type(row.get("inputs")) is not list or any(type(t) is not int for t in row["inputs"])):
+    keys = INSTR_KEYS if kind == INSTR else ENTRY_KEYS
+    if set(row) != keys:
+        raise MalformedError("trace", f"{where}: keys {sorted(row)} must be exactly {sorted(keys)}")
+    _name(row, where)
+    base = (kind, _int(row, "index", where), _int(row, "output", where), _int(row, "tensor", where),
+            _type(row, where), _hex_hash(row, "node", where), _hex_hash(row, "hash", where), row)
+    if kind != INSTR:
+        return Entry(*base)
+    op = OP_BY_NAME.get(row["op"]) if type(row["op"]) is str else None
+    if op is None:
+        raise MalformedError("trace", f"{where}.op: {str(row['op'])[:40]!r} is not an op of the ISA")
+    inputs = row["inputs"]
+    if type(inputs) is not list or len(inputs) > MAX_ITEMS or any(type(t) is not int for t in inputs):
         raise MalformedError("trace", f"{where}.inputs: expected a list of tensor ids")
-    precision = row.get("precision")
-    if precision is not None and (type(precision) is not int or not 1 <= precision <= 32):
-        raise MalformedError("trace", f"{where}.precision: expected null or an integer in [1, 32]")
-    return Entry(kind, _int(row, "index", where), _int(row, "output", where), _int(row, "tensor", where),
-                 precision, _hex_hash(row, "node", where), _hex_hash(row, "hash", where), row)
+    raw = row["attrs"]
+    names = tuple(f.name for f in attr_fields(op.attrs))
+    if type(raw) is not dict or set(raw) != set(names):
+        raise MalformedError("trace", f"{where}.attrs: expected exactly the attributes {list(names)} of {op.name}")
+    try:
+        attrs = _READER.attrs(op.attrs, {n: raw[n] for n in names}, f"{where}.attrs")
+    except CvmError as e:
+        raise MalformedError("trace", e.message) from None
+    return Entry(*base, op=op.name, attrs=attrs, inputs=tuple(inputs))
+
+
+def _positions(entries: tuple[Entry, ...], what: str) -> None:
+    """Tensors 0, 1, 2, ... in order: inputs, then params, then each instruction's outputs in
+    order; every instruction reads only tensors before its own."""
+    expect = [0, 0, 0]   # next index of each kind
+    last = INPUT
+    for t, e in enumerate(entries):
+        where = f"{what}: entries[{t}]"
+        if e.tensor != t:
+            raise MalformedError("trace", f"{what}: entries must be tensors 0, 1, 2, ... in order")
+        if e.kind < last:
+            raise MalformedError("trace", f"{where}: inputs come first, then params, then instruction outputs")
+        if e.kind == INSTR:
+            first = t - e.output
+            if e.output and (t == 0 or entries[t - 1].kind != INSTR or entries[t - 1].index != e.index):
+                raise MalformedError("trace", f"{where}: output {e.output} of instruction {e.index} does not "
+                                              "follow its output 0")
+            if e.output == 0:
+                if e.index != expect[INSTR]:
+                    raise MalformedError("trace", f"{where}: instruction {e.index}, expected {expect[INSTR]}")
+                expect[INSTR] += 1
+            if any(not 0 <= i < first for i in e.inputs):
+                raise MalformedError("trace", f"{where}: inputs {list(e.inputs)} must be tensors before {first}")
+        else:
+            if (e.index, e.output) != (expect[e.kind], 0):
+                raise MalformedError("trace", f"{where}: {KIND_NAMES[e.kind]} {e.index} output {e.output}, "
+                                              f"expected {KIND_NAMES[e.kind]} {expect[e.kind]} output 0")
+            expect[e.kind] += 1
+        last = e.kind
+
+
+def _node(e: Entry, outputs: tuple[int, ...]) -> bytes:
+    """The node digest an entry's own fields commit to (FORMAT.md section 3)."""
+    if e.kind == INSTR:
+        return node_digest(instr_descriptor(e.op, e.inputs, outputs, e.attrs))
+    return node_digest(variable_descriptor(e.type))
 
 
 @dataclass(frozen=True)
@@ -139,16 +231,39 @@ class TraceFile:
 
 
 def load_trace(data: bytes, what: str) -> TraceFile:
-    """A trace file, its entries checked and its root recomputed from them."""
+    """A trace file, every field the root commits to recomputed from the entries: each entry's
+    node digest from its op, attributes and tensor ids (or its variable type), then the root
+    from the leaves.  (That an instruction's outputs have the types its inputs imply needs
+    the verifier: cvmvm.tx.tracediff.read_trace.)"""
+    if len(data) > MAX_TRACE_BYTES:
+        raise LimitError("bytes", f"{what}: {len(data)} bytes exceed the limit of {MAX_TRACE_BYTES}")
     doc = read_trace(data, what)
+    if set(doc) != {"format", "model_hash", "root", "entries"}:
+        raise MalformedError("trace", f"{what}: keys {sorted(doc)} must be exactly entries, format, model_hash, root")
+    if len(doc["entries"]) > MAX_ENTRIES:
+        raise MalformedError("trace", f"{what}: {len(doc['entries'])} entries exceed {MAX_ENTRIES}")
     entries = tuple(_entry(row, f"{what}: entries[{k}]") for k, row in enumerate(doc["entries"]))
-    if not entries or any(e.tensor != k for k, e in enumerate(entries)):
-        raise MalformedError("trace", f"{what}: entries must be tensors 0, 1, 2, ... in order")
-    model_hash = doc.get("model_hash")
+    if not entries:
+        raise MalformedError("trace", f"{what}: a trace has at least one entry")
+    _positions(entries, what)
+    model_hash = doc["model_hash"]
     if type(model_hash) is not str or not re.fullmatch("[0-9a-f]{64}", model_hash):
         raise MalformedError("trace", f"{what}: model_hash must be {2 * HASH_SIZE} lowercase hex digits")
+    outputs: dict[int, tuple[int, ...]] = {}
+    for e in entries:
+        if e.kind == INSTR:
+            outputs[e.index] = outputs.get(e.index, ()) + (e.tensor,)
+    for e in entries:
+        if e.kind == INSTR and len(outputs[e.index]) != len(OP_BY_NAME[e.op].outputs):
+            raise MalformedError("trace", f"{what}: entries[{e.tensor}]: instruction {e.index} ({e.op}) has "
+                                          f"{len(OP_BY_NAME[e.op].outputs)} outputs, the file lists "
+                                          f"{len(outputs[e.index])}")
+        if _node(e, outputs.get(e.index, ())) != e.node:
+            raise MalformedError("trace", f"{what}: entries[{e.tensor}]: the node digest is not that of its "
+                                          + ("op, attributes and tensor ids" if e.kind == INSTR else "dtype, shape "
+                                             "and precision"))
     tree = merkle_root([leaf_hash(e.tensor, e.kind, e.index, e.output, e.precision, e.node, e.digest) for e in entries])
     root = trace_root(bytes.fromhex(model_hash), len(entries), tree).hex()
-    if root != doc.get("root"):
-        raise MalformedError("trace", f"{what}: root {doc.get('root')!r} is not the root of its entries ({root})")
-    return TraceFile(str(doc.get("model_hash")), root, entries)
+    if root != doc["root"]:
+        raise MalformedError("trace", f"{what}: root {str(doc['root'])[:70]!r} is not the root of its entries ({root})")
+    return TraceFile(model_hash, root, entries)
