@@ -45,14 +45,15 @@ def _storage(value: np.ndarray, dtype: str) -> str:
     return dtype
 
 
-def _param_wire(p: Param) -> dict[str, Any]:
+def _param_wire(p: Param, data: bool = True) -> dict[str, Any]:
     # Encoding casts to the storage dtype; a value of another dtype than its
     # type says would be wrapped silently, so it is refused.
     if vm_dtype(p.value.dtype) != p.type.dtype or tuple(p.value.shape) != p.type.shape:
         raise InternalError("param", f"param {p.name}: value {p.value.dtype}{p.value.shape} does not match {p.type}")
     storage = _storage(p.value, p.type.dtype)
     return {"name": p.name, "dtype": p.type.dtype, "shape": list(p.type.shape),
-            "precision": p.type.precision, "storage": storage, "data": tensor_data(p.value, storage)}
+            "precision": p.type.precision, "storage": storage,
+            "data": tensor_data(p.value, storage) if data else b""}
 
 
 SCALE = struct.Struct("<d")
@@ -62,15 +63,16 @@ def _scale_wire(scale: float | None) -> bytes | None:
     return None if scale is None else SCALE.pack(scale)
 
 
-def to_wire(model: Model) -> dict[str, Any]:
-    """The model as the msgpack value of FORMAT.md section 1.2 (dicts in key order)."""
+def to_wire(model: Model, data: bool = True) -> dict[str, Any]:
+    """The model as the msgpack value of FORMAT.md section 1.2 (dicts in key order); with
+    ``data`` False, every param's data is empty."""
     wire = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "isa": ISA_VERSION,
         "inputs": [{"name": i.name, "dtype": i.type.dtype, "shape": list(i.type.shape),
                     "precision": i.type.precision} for i in model.inputs],
-        "params": [_param_wire(p) for p in model.params],
+        "params": [_param_wire(p, data) for p in model.params],
         "code": [{"op": OPCODE[ins.op], "name": ins.name, "in": list(ins.inputs), "out": list(ins.outputs),
                   "attrs": attrs_to_wire(ins.attrs)} for ins in model.instrs],
         "outputs": list(model.outputs),
@@ -90,6 +92,24 @@ def instr_descriptor(op: str, inputs: tuple[int, ...], outputs: tuple[int, ...],
     """What a trace leaf of an instruction output commits to: op code, tensor ids and every attribute."""
     return msgpack.packb({"op": OPCODE[op], "in": list(inputs), "out": list(outputs), "attrs": attrs_to_wire(attrs)},
                          use_bin_type=True)
+
+
+def _bin_header(n: int) -> int:
+    return 2 if n <= 0xff else 3 if n <= 0xffff else 5
+
+
+def encoded_size(model: Model, at_most: int | None = None) -> int:
+    """``len(encode(model))``, without copying any param's data.  With ``at_most``, any size
+    not above it may be returned when the true one is not above it either (params are then
+    counted at their dtype's width, sparing the scan that chooses int8 storage)."""
+    size = len(msgpack.packb(to_wire(model, data=False), use_bin_type=True))
+    widths = [p.type.size * DTYPES[p.type.dtype].itemsize for p in model.params]
+    if at_most is not None and size + sum(n + 3 for n in widths) <= at_most:
+        return size + sum(n + _bin_header(n) - _bin_header(0) for n in widths)
+    for p in model.params:
+        n = p.type.size * DTYPES[_storage(p.value, p.type.dtype)].itemsize
+        size += n + _bin_header(n) - _bin_header(0)
+    return size
 
 
 def encode(model: Model) -> bytes:

@@ -457,3 +457,16 @@ def test_kernel_matches_reference(case):
 def test_reference_reproduces_the_small_reference_vectors(case):
     x = decode_array(case["x"]["b64"], case["x"]["dtype"], case["x"]["shape"])
     check_expected(case, *reference.max_pool(record_of(case["attrs"]), x))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int16, np.uint32, np.bool_])
+def test_run_op_refuses_what_a_model_refuses(dtype):
+    # Defect: run_op typed an int64 X as int32 and max_pool accepted it.
+    x = np.arange(8).astype(dtype).reshape(1, 2, 4)
+    with pytest.raises(CvmError) as e:
+        cvmvm.run_op("max_pool", [x], attrs_for(1))
+    assert e.value.code in ("invalid.dtype", "input.dtype")
+    if dtype is np.int64:
+        assert e.value.code == "invalid.dtype"
+        (y,) = cvmvm.run_op("relu", [x])   # an op that takes only int32 still reads int64 values as int32
+        assert y.dtype == np.int32

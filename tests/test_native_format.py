@@ -461,6 +461,73 @@ def models(draw: Any) -> Model:
 @given(models())
 def test_random_models_round_trip(model):
     assert_round_trip(model)
+    size = len(native.encode(model))
+    assert native.encoded_size(model) == size
+    assert native.encoded_size(model, at_most=size) <= size == native.encoded_size(model, at_most=size - 1)
+
+
+# -- the verifier enforces every bound of the decoder ----------------------------------
+
+def _named(model: Model, name: str) -> Model:
+    return dataclasses.replace(model, instrs=(dataclasses.replace(model.instrs[0], name=name),))
+
+
+def _stored_and_reloaded(model: Model) -> None:
+    import cvmvm
+    from cvmvm.vm.verify import verify
+    loaded = cvmvm.Model(verify(model))
+    assert cvmvm.load(loaded.canonical_bytes).model_hash == loaded.model_hash
+
+
+def test_a_model_that_verifies_always_decodes():
+    # Defect: a Cortex model with a 2,000-byte op name verified and got a model hash that no
+    # native decoder could read back.
+    from cvmvm.vm.verify import verify
+    base = Model((Input("data", TensorType((2,), 8)),), (), (Instr("relu", attrs("relu"), (0,), (1,)),), (1,))
+    _stored_and_reloaded(_named(base, "x" * native.strict.MAX_NAME))
+    _stored_and_reloaded(_named(base, "\u00e9" * (native.strict.MAX_NAME // 2)))
+    for name, code in (("x" * 2000, "invalid.graph"), ("\u00e9" * (native.strict.MAX_NAME // 2 + 1), "invalid.graph"),
+                       ("\ud800", "invalid.graph")):
+        with pytest.raises(CvmError) as e:
+            verify(_named(base, name))
+        assert e.value.code == code
+    with pytest.raises(CvmError) as e:
+        verify(dataclasses.replace(base, inputs=(Input("\udc80", TensorType((2,), 8)),)))
+    assert e.value.code == "invalid.graph"
+
+
+def test_the_verifier_bounds_counts_and_the_encoded_size(monkeypatch):
+    from cvmvm.vm.verify import verify
+    x = Input("data", TensorType((2,), 8))
+    w = Param("w", TensorType((2,), 8), i32([1, 2]))
+    model = Model((x,), (w,), (Instr("elemwise_add", attrs("elemwise_add"), (0, 1), (2,)),), (2,))
+    size = len(native.encode(model))
+    monkeypatch.setattr(native, "MAX_MODEL_BYTES", size)
+    verify(model)
+    monkeypatch.setattr(native, "MAX_MODEL_BYTES", size - 1)
+    with pytest.raises(CvmError) as e:
+        verify(model)
+    assert e.value.code == "limit.bytes"
+    monkeypatch.undo()
+    monkeypatch.setattr(native.strict, "MAX_ITEMS", 1)
+    monkeypatch.setattr("cvmvm.vm.verify.MAX_ITEMS", 1)
+    with pytest.raises(CvmError) as e:
+        verify(model)
+    assert e.value.code == "limit.items"
+
+
+def test_a_cortex_model_with_a_long_node_name_is_refused_at_verification():
+    import json
+    import cvmvm
+    from tests.test_cortex_format import unary_graph
+    g = unary_graph("relu")
+    g["nodes"][1]["name"] = "n" * 2000
+    with pytest.raises(CvmError) as e:
+        cvmvm.load_cortex(json.dumps(g))
+    assert e.value.code == "invalid.graph"
+    g["nodes"][1]["name"] = "n" * native.strict.MAX_NAME
+    model = cvmvm.load_cortex(json.dumps(g))
+    assert cvmvm.load(model.canonical_bytes).model_hash == model.model_hash
 
 
 @settings(derandomize=True, max_examples=400, deadline=None)

@@ -173,6 +173,21 @@ def test_malformed_proofs_are_rejected():
         assert _code(msgpack.packb(bad, use_bin_type=True)) == "malformed.step_proof"
 
 
+def test_leaf_counts_and_positions_are_bounded_at_decode():
+    # Defect: 2^32 leaves decoded, then struct.error escaped from the root's u32 leaf count.
+    proof, root = proof_of(mlp_model(), X, 1)
+    wire = msgpack.unpackb(proof_codec.encode(proof))
+    top = (1 << 32) - 1
+    for bad in ({**wire, "leaves": 1 << 32}, {**wire, "step": 1 << 32}, {**wire, "leaves": 1 << 63},
+                {**wire, "inputs": [{**wire["inputs"][0], "index": 1 << 32}]},
+                {**wire, "inputs": [{**wire["inputs"][0], "output": 1 << 32}]}):
+        assert _code(msgpack.packb(bad, use_bin_type=True)) == "malformed.step_proof"
+    for edge in ({**wire, "leaves": top}, {**wire, "step": top},
+                 {**wire, "inputs": [{**wire["inputs"][0], "index": top, "output": top}, *wire["inputs"][1:]]}):
+        decoded = proof_codec.decode(msgpack.packb(edge, use_bin_type=True))
+        assert not valid(stepproof.check_step(decoded, root))
+
+
 def test_cli_prove_and_check(capsys, tmp_path):
     model = mlp_model()
     (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
@@ -214,3 +229,17 @@ def test_every_instruction_of_the_perf_model_proves():
         decoded = proof_codec.decode(proof_codec.encode(proof))
         assert valid(stepproof.check_step(decoded, root)), step
     assert len(roots) == 1
+
+
+def test_one_instruction_checks_each_value_against_its_type():
+    from cvmvm.vm.verify import verify_instruction
+    from isa.table import OP_BY_NAME
+    from isa.attrs import parse_attrs
+    relu = OP_BY_NAME["relu"]
+    attrs = parse_attrs(relu.attrs, {}, fill_defaults=True)
+    for t, value, code in ((TensorType((2, 2), 8), np.zeros((4,), np.int32), "input.shape"),
+                           (TensorType((4,), 8), np.zeros((2, 2), np.int32), "input.shape"),
+                           (TensorType((4,), None, "float32"), np.zeros((4,), np.float64), "input.dtype")):
+        with pytest.raises(CvmError) as e:
+            verify_instruction(relu, attrs, [(t, value)])
+        assert e.value.code == code

@@ -28,6 +28,7 @@ from serializer.hashing import (INSTR, KIND_NAMES, leaf_hash, merkle_proof, node
                                 trace_root)
 from serializer.records.stepproof import Claim, Operand, StepProof
 from cvmvm.vm.api import Model
+from cvmvm.vm.blas import hashing_alongside
 from cvmvm.vm.execute import execute
 from cvmvm.vm.trace import Tracer, trace_layout
 from cvmvm.vm.verify import Limits, verify_instruction
@@ -50,7 +51,8 @@ def prove_step(model: Model, inputs: Mapping[str, np.ndarray], step: int) -> tup
         if t in s.inputs:
             kept[t] = value
 
-    execute(program, inputs, observe)
+    with hashing_alongside(program):
+        execute(program, inputs, observe)
     trace = tracer.trace()
     leaves = trace.leaves
     layout = trace_layout(program)

@@ -16,12 +16,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from isa.attrs import INTS, STR, attr_fields
 from isa.errors import InputError, InternalError, InvalidError, LimitError, Rejected
 from isa.spec import OpDef, int32_only
 from isa.table import OP_BY_NAME
 from isa.types import (DTYPES, INT32, MAX_OPS, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound,
                        vm_dtype)
+from serializer import native
 from serializer.model import Input, Instr, Model, Param, Scales
+from serializer.strict import MAX_ITEMS, MAX_NAME
 
 MAX_BASE_COST = 1 << 30
 VARIABLE_COST = 5  # ops per element of every input and param, and of every op output
@@ -142,6 +145,46 @@ def check_scales(model: Model, scales: Scales, types: list[TensorType]) -> None:
                 raise InvalidError("scale", f"{what} {k}: a {types[t].dtype} tensor without a precision has no scale")
 
 
+def _name(name: str, what: str) -> None:
+    """A name the native format can carry: valid Unicode of at most MAX_NAME UTF-8 bytes."""
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidError("graph", f"{what} {name[:40]!r}...: not valid Unicode (a lone surrogate)") from None
+    if size > MAX_NAME:
+        raise InvalidError("graph", f"{what} {name[:40]!r}...: {size} UTF-8 bytes exceed {MAX_NAME}")
+
+
+def _items(n: int, what: str) -> None:
+    if n > MAX_ITEMS:
+        raise LimitError("items", f"{what}: {n} items exceed {MAX_ITEMS}")
+
+
+def check_wire_bounds(model: Model) -> None:
+    """Every bound the native decoder enforces (FORMAT.md section 1.4), so that a model that
+    verifies can be encoded, stored, decoded and replayed: names, counts, attribute lengths,
+    and the encoded size."""
+    for what, items in (("inputs", model.inputs), ("params", model.params), ("code", model.instrs),
+                        ("outputs", model.outputs)):
+        _items(len(items), what)
+    variables: tuple[Input | Param, ...] = (*model.inputs, *model.params)
+    for var in variables:
+        _name(var.name, "variable name")
+    for k, instr in enumerate(model.instrs):
+        where = f"instruction {k} ({instr.op})"
+        _name(instr.name, f"{where} name")
+        _items(len(instr.inputs), f"{where} inputs")
+        for spec in attr_fields(type(instr.attrs)):
+            value = getattr(instr.attrs, spec.name)
+            if spec.kind == INTS:
+                _items(len(value), f"{where} attribute {spec.name}")
+            elif spec.kind == STR:
+                _name(value, f"{where} attribute {spec.name}")
+    size = native.encoded_size(model, at_most=native.MAX_MODEL_BYTES)
+    if size > native.MAX_MODEL_BYTES:
+        raise LimitError("bytes", f"the model encodes to {size} bytes, over the native format's {native.MAX_MODEL_BYTES}")
+
+
 def _apply_rule(rule: Callable[..., Any], reason: str, where: str, *args: Any) -> Any:
     try:
         return rule(*args)
@@ -221,6 +264,7 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
             raise InvalidError("graph", f"output tensor {t} does not exist")
     if model.scales is not None:
         check_scales(model, model.scales, types)
+    check_wire_bounds(model)
     if limits.ops is not None and ops > limits.ops:
         raise LimitError("ops", f"model costs {ops} ops, over the limit of {limits.ops}")
     free_after = _liveness(model, steps)
@@ -282,6 +326,10 @@ def verify_instruction(op: OpDef, attrs: Any, inputs: Sequence[tuple[TensorType,
     it are refused (input.value) before the program is verified.
     """
     for k, (t, value) in enumerate(inputs):
+        if tuple(value.shape) != t.shape:
+            raise InputError("shape", f"input {k}: shape {tuple(value.shape)} is not its type's {t.shape}")
+        if t.dtype in DTYPES and vm_dtype(value.dtype) != t.dtype and not (t.dtype == INT32 and value.dtype.kind == "i"):
+            raise InputError("dtype", f"input {k}: dtype {value.dtype} is not its type's {t.dtype}")
         # A precision outside [1, 32] is verification's to refuse (invalid.precision).
         if t.dtype == INT32 and t.precision is not None and MIN_PRECISION <= t.precision <= MAX_PRECISION and value.size:
             bound = precision_bound(t.precision)

@@ -22,7 +22,7 @@ from serializer.strict import Reader, attrs_to_wire, pack, tensor_data
 PROOF_FORMAT = "cvmvm-step-proof"
 PROOF_VERSION = 1
 MAX_PROOF_BYTES = 1 << 32
-MAX_LEAVES = 1 << 32   # leaf indices and counts are u32 in the trace
+MAX_LEAVES = (1 << 32) - 1   # leaf counts, tensor ids and positions are u32 in every leaf and root preimage
 
 KEYS = ("format", "version", "model_hash", "leaves", "step", "op", "attrs", "inputs", "outputs")
 OPERAND_KEYS = ("tensor", "kind", "index", "output", "node", "dtype", "shape", "precision", "data", "path")
@@ -103,7 +103,7 @@ def from_wire(top: Any) -> StepProof:
     rd.const(top["version"], PROOF_VERSION, "version")
     model_hash = rd.bin(top["model_hash"], "model_hash", HASH_SIZE)
     leaves = rd.int(top["leaves"], "leaves", 1, MAX_LEAVES)
-    step = rd.int(top["step"], "step", 0, MAX_LEAVES - 1)
+    step = rd.int(top["step"], "step", 0, MAX_LEAVES)
     op = OPS[rd.int(top["op"], "op", 0, len(OPS) - 1)]
     attrs = rd.attrs(op.attrs, top["attrs"], "attrs")
     operands = []
@@ -113,8 +113,8 @@ def from_wire(top: Any) -> StepProof:
         t = rd.tensor_type(e, w)
         operands.append(Operand(rd.int(e["tensor"], f"{w}.tensor", 0, leaves - 1),
                                 rd.int(e["kind"], f"{w}.kind", INPUT, INSTR),
-                                rd.int(e["index"], f"{w}.index", 0, MAX_LEAVES - 1),
-                                rd.int(e["output"], f"{w}.output", 0, MAX_LEAVES - 1),
+                                rd.int(e["index"], f"{w}.index", 0, MAX_LEAVES),
+                                rd.int(e["output"], f"{w}.output", 0, MAX_LEAVES),
                                 rd.bin(e["node"], f"{w}.node", HASH_SIZE), t, rd.array(t.dtype, t.shape, e["data"], f"{w}.data"), _path(rd, e["path"], f"{w}.path")))
     claims = []
     for j, e in enumerate(rd.list(top["outputs"], "outputs")):
