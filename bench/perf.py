@@ -14,9 +14,12 @@ per inference on a quiet machine).
 
 The machine may be shared: each block prints the CPU idle fraction measured
 just before it, and --wait-idle waits (up to that many seconds) for an idle one.
-The environment passes through.  cvmvm sets OPENBLAS_THREAD_TIMEOUT=4 unless
-it is set (OpenBLAS threads then sleep soon after a GEMM instead of spinning
-on the core the hashing thread wants); set it to 0 to see OpenBLAS's default.
+The environment passes through.
+
+--orders numpy,cvmvm runs each thread count once with numpy imported before
+cvmvm and once after, and ends with the traced medians side by side: a traced
+run limits BLAS to one thread through threadpoolctl (cvmvm.vm.blas) whatever
+the import order, so the two must match.  The `speed` extra installs it.
 """
 
 from __future__ import annotations
@@ -192,9 +195,15 @@ def bench_digits(runs: int, batch: int) -> dict:
 
 def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(REPO))
-    import cvmvm  # noqa: F401  (first: it sets OpenBLAS's spin timeout before numpy loads OpenBLAS)
-    import numpy as np
-    report: dict = {"threads": int(os.environ["OPENBLAS_NUM_THREADS"]),
+    if args.first == "numpy":
+        import numpy as np
+        import cvmvm  # noqa: F401
+    else:
+        import cvmvm  # noqa: F401
+        import numpy as np
+    from cvmvm.vm.blas import controller
+    report: dict = {"threads": int(os.environ["OPENBLAS_NUM_THREADS"]), "first": args.first,
+                    "threadpoolctl": controller() is not None,
                     "gemm_f64": gemm_rate(np.float64), "gemm_f32": gemm_rate(np.float32), "models": {}}
     for name in args.models.split(","):
         report["models"][name] = bench_model(name, args.runs, args.wait_idle)
@@ -210,7 +219,9 @@ def ms(seconds: float) -> str:
 def show(r: dict) -> None:
     th = r["threads"]
     f64, f32 = r["gemm_f64"], r["gemm_f32"]
-    print(f"\n=== OPENBLAS_NUM_THREADS={th}: GEMM rate float64 {f64 / 1e9:.1f} GMAC/s, float32 {f32 / 1e9:.1f} GMAC/s "
+    print(f"\n=== OPENBLAS_NUM_THREADS={th}, {r['first']} imported first"
+          f"{'' if r['threadpoolctl'] else ' (no threadpoolctl: traced runs keep every BLAS thread)'}: "
+          f"GEMM rate float64 {f64 / 1e9:.1f} GMAC/s, float32 {f32 / 1e9:.1f} GMAC/s "
           f"(1536^3, this process); max RSS {r['max_rss_bytes'] / 2**20:.0f} MiB")
     for name, m in r["models"].items():
         cortex = CORTEX_MS[name].get(th)
@@ -248,18 +259,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="perf,perf-large")
     parser.add_argument("--wait-idle", type=float, default=0.0,
                         help="seconds to wait for a >= 90%% idle CPU before each model")
+    parser.add_argument("--orders", default="cvmvm", help="import orders to run, of numpy and cvmvm: the one "
+                                                             "imported first (default cvmvm)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--first", default="cvmvm", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args)
         return 0
     print(f"cvmvm bench: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    traced: dict[tuple[str, str, str], float] = {}
     for th in args.threads.split(","):
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=th, OMP_NUM_THREADS=th, MKL_NUM_THREADS=th)
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--runs", str(args.runs),
-               "--models", args.models, "--wait-idle", str(args.wait_idle)]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-        show(json.loads(done.stdout.splitlines()[-1]))
+        for first in args.orders.split(","):
+            env = dict(os.environ, OPENBLAS_NUM_THREADS=th, OMP_NUM_THREADS=th, MKL_NUM_THREADS=th)
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--runs", str(args.runs),
+                   "--models", args.models, "--wait-idle", str(args.wait_idle), "--first", first]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            report = json.loads(done.stdout.splitlines()[-1])
+            show(report)
+            for name, m in report["models"].items():
+                traced[(th, name, first)] = m["traced"]["seconds"]["median"]
+    orders = args.orders.split(",")
+    if len(orders) > 1:
+        print("\ntraced median by import order (numpy first / cvmvm first):")
+        for th in args.threads.split(","):
+            for name in args.models.split(","):
+                times = [traced[(th, name, first)] for first in orders]
+                print(f"  {name:<11} {th} thread(s): " + ", ".join(f"{f} first {ms(t)} ms" for f, t in zip(orders, times))
+                      + f"  (ratio {times[0] / times[-1]:.2f})")
     return 0
 
 

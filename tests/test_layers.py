@@ -26,8 +26,9 @@ ALLOWED = {
     "cvmvm": {"isa", "serializer", "cvmvm", "numpy", "msgpack", "cryptography", "ray", "tqdm"},
 }
 
-# Optional extras only a sub-package may import (the core works without them).
-EXTRAS = {"cvmvm.importer": {"onnx", "tqdm"}, "cvmvm.cli.tx": {"tqdm"}}
+# Optional extras only a sub-package may import (the core works without them; cvmvm.vm.blas
+# falls back to leaving BLAS threads alone, which changes timing only).
+EXTRAS = {"cvmvm.importer": {"onnx", "tqdm"}, "cvmvm.cli.tx": {"tqdm"}, "cvmvm.vm.blas": {"threadpoolctl"}}
 
 # Inside cvmvm: a module may import cvmvm modules of its own sub-layer or a lower one.
 # The package itself re-exports the VM's API, so it sits with vm; __main__ runs the CLI.

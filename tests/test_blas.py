@@ -1,0 +1,85 @@
+"""BLAS threads in traced runs (cvmvm.vm.blas): one while the trace hashes on its own thread,
+whatever the import order, restored after, and never a different result."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cvmvm.vm import api, blas
+from tests.test_receipt import build, instr, mlp_model, param
+from serializer.model import Input
+from isa.types import TensorType
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def big_model():
+    """A dense layer over 64 KiB tensors: traced, its output is hashed on the background thread."""
+    w = np.arange(128 * 256, dtype=np.int32).reshape(128, 256) % 7 - 3
+    return build([Input("x", TensorType((128, 256), 8))], [param("w", w)],
+                 [instr("dense", (0, 1), 2, units=128, use_bias=False)], [2])
+
+
+def blas_threads() -> int:
+    return blas.controller().select(user_api="blas").info()[0]["num_threads"]
+
+
+def threads_during_run(model, trace: bool, monkeypatch) -> int:
+    seen = []
+    real = api.execute
+
+    def spy(*args, **kwargs):
+        seen.append(blas_threads())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(api, "execute", spy)
+    model.run({n: np.ones(t.shape, np.int32) for n, t in model.inputs.items()}, trace=trace)
+    monkeypatch.undo()
+    return seen[0]
+
+
+def test_a_traced_run_hashing_in_the_background_uses_one_blas_thread(monkeypatch):
+    assert blas.controller() is not None, "the speed extra (threadpoolctl) is part of the test install"
+    before = blas_threads()
+    with blas.controller().limit(limits=2, user_api="blas"):
+        assert threads_during_run(big_model(), True, monkeypatch) == 1
+        assert threads_during_run(big_model(), False, monkeypatch) == 2   # untraced: nothing to share with
+        assert threads_during_run(mlp_model(), True, monkeypatch) == 2    # nothing hashed in the background
+        assert blas_threads() == 2
+    assert blas_threads() == before
+
+
+def test_without_threadpoolctl_only_the_timing_differs(monkeypatch):
+    model = big_model()
+    x = {"x": (np.arange(128 * 256, dtype=np.int32).reshape(128, 256) % 255) - 127}
+    with_limit = model.run(x, trace=True)
+    blas.controller.cache_clear()
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+    try:
+        assert blas.controller() is None
+        without = model.run(x, trace=True)
+    finally:
+        blas.controller.cache_clear()
+    assert without.trace.root == with_limit.trace.root and without.output_hash == with_limit.output_hash
+
+
+@pytest.mark.parametrize("first", ["numpy", "cvmvm"])
+def test_the_same_mechanism_whatever_the_import_order(first):
+    imports = "import numpy\nimport cvmvm\n" if first == "numpy" else "import cvmvm\nimport numpy\n"
+    code = imports + (
+        "import os, numpy as np\n"
+        "from cvmvm.vm import api, blas\n"
+        "from tests.test_blas import big_model, blas_threads\n"
+        "seen = []\n"
+        "real = api.execute\n"
+        "api.execute = lambda *a, **k: (seen.append(blas_threads()), real(*a, **k))[1]\n"
+        "big_model().run({'x': np.ones((128, 256), np.int32)}, trace=True)\n"
+        "print(seen[0], 'OPENBLAS_THREAD_TIMEOUT' in os.environ)\n")
+    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "2"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=120)
+    assert proc.stdout.split() == ["1", "False"], proc.stderr
