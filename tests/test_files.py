@@ -482,3 +482,17 @@ def test_a_file_system_without_flock_still_gets_its_files(tmp_path, monkeypatch)
     files.write_file(tmp_path / "t.json", b"new", "--trace")
     assert (tmp_path / "t.json").read_bytes() == b"new"
     assert stale.exists()   # unlocked, it may belong to a live writer: left alone
+
+
+def test_dump_tensors_is_part_of_the_unit(capsys, small):
+    d = small["dir"]
+    dump = d / "tensors"
+    dump.mkdir()
+    (dump / "0099-relu-stale.npy").write_bytes(b"from an earlier model")
+    (dump / "notes.txt").write_bytes(b"mine")
+    code, _ = cli(capsys, run_argv(small, "--dump-tensors", str(dump), "--trace", str(d / "t.json")))
+    assert code == 0
+    names = sorted(p.name for p in dump.iterdir())
+    assert "0099-relu-stale.npy" not in names and "notes.txt" in names and len(names) == 9
+    code, err = cli(capsys, run_argv(small, "--dump-tensors", str(dump), "--trace", str(dump / "0000-input-x.npy")))
+    assert code == EXIT_CODES["usage"] and "usage.conflict" in err
