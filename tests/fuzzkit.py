@@ -837,6 +837,19 @@ def save_crash(f: Failure) -> Path:
 
 # -- worker processes: address space bounded, deaths and hangs caught by the parent ------------
 
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes.  VmHWM, not ru_maxrss: on Linux ru_maxrss
+    survives exec, so a worker started from a large process (pytest) would report that one's."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def worker_main(argv: list[str]) -> int:
     """``python -m tests.fuzzkit TARGET EXAMPLES SEED CURRENT_FILE MEASURED``: one JSON line of results."""
     name, examples, seed_value, current, measure = argv[0], int(argv[1]), int(argv[2]), Path(argv[3]), int(argv[4])
@@ -847,7 +860,7 @@ def worker_main(argv: list[str]) -> int:
     print(json.dumps({"target": name, "seed": seed_value, "cases": stats.cases, "seconds": stats.seconds,
                       "slowest": stats.slowest, "codes": sorted(CODES_SEEN), "peak_traced": stats.peak_traced,
                       "known": sorted(KNOWN),
-                      "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "max_rss": peak_rss(),
                       "failure": None if failure is None else failure.to_json()}))
     return 0
 

@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 # Cases per target in one CI run (fixed seed: the same cases every run).  The store's cases write
 # and sync files, so it gets fewer.
 SEED = 20261125
-BUDGET = {"native": 3000, "cortex": 3000, "npy": 3000, "receipt": 3000, "txs": 3000, "step_proof": 3000,
-          "trace": 3000, "store": 800}
+BUDGET = {"native": 5000, "cortex": 5000, "npy": 5000, "receipt": 5000, "txs": 5000, "step_proof": 5000,
+          "trace": 5000, "store": 1200}
 MEASURED = 300          # of them, cases run under tracemalloc
 PEAK_BYTES = 256 << 20  # the most memory any case may take, and any worker
 
