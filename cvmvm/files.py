@@ -86,7 +86,7 @@ def _too_large(size: int, limit: int, what: str, path: PathLike) -> LimitError:
 
 # -- reading -------------------------------------------------------------------
 
-def open_regular(path: PathLike, what: str, follow: bool = True) -> tuple[BinaryIO, int]:
+def open_regular(path: PathLike, what: str, follow: bool = True) -> tuple[io.FileIO, int]:
     """An unbuffered binary file object of a regular file, and its size.
 
     ``follow=False`` refuses a symbolic link itself (the store's files).  The
@@ -105,7 +105,7 @@ def open_regular(path: PathLike, what: str, follow: bool = True) -> tuple[Binary
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise IOFailure("not_regular", f"{what} {path}: a {file_kind(st.st_mode)}, not a regular file")
-    return os.fdopen(fd, "rb", buffering=0), st.st_size
+    return io.FileIO(fd, "rb"), st.st_size
 
 
 def read_bounded(f: BinaryIO, expected: int, limit: int, what: str, path: PathLike) -> bytes:
@@ -599,6 +599,18 @@ class Outputs:
             if isinstance(e, OSError):
                 raise write_failure(e, *current) from None
             raise
+
+
+def make_directory(path: PathLike, what: str) -> None:
+    """Create an output directory if it is missing (its parent must exist: parents are never
+    made), or check that it is one."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise IOFailure("not_regular", f"{what} {path} is not a directory") from None
+    except OSError as e:
+        raise write_failure(e, what, path) from None
 
 
 def write_file(path: PathLike, data: bytes, what: str, reads: Iterable[PathLike | None] = (),

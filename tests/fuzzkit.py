@@ -300,6 +300,8 @@ def cases(target: "Target") -> st.SearchStrategy[bytes]:
         ops = draw(st.lists(op, min_size=1, max_size=MAX_MUTATIONS))
         if target.fmt == "cortex":
             return mutate_cortex(seed_data, ops, target.seeds)
+        if target.fmt == "txs":
+            return mutate_txs(seed_data, ops, target.seeds)
         data = mutate(seed_data, ops, target.fmt, target.seeds)
         if target.name == "trace":
             data = reroot_trace(data, draw(st.integers(0, 2)))
@@ -359,7 +361,8 @@ def mutate_cortex(case: bytes, ops: list[tuple[int, int, int, int]], seeds: list
 class Target:
     name: str
     what: str                         # the untrusted input it covers (README Reliability)
-    fmt: str | None                   # its seeds' structure: "msgpack", "json", "cortex" (graph JSON + params)
+    fmt: str | None                   # its seeds' structure: "msgpack", "json", "cortex" (graph JSON + params),
+                                      # "txs" (framed msgpack records)
     build: Callable[[], "Setup"]      # seeds and the contract, built once per process
 
     @functools.cached_property
@@ -565,62 +568,65 @@ def _receipts() -> Setup:
 
 @functools.lru_cache(maxsize=None)
 def _tx_world() -> dict[str, Any]:
-    """A store of two models and a transaction file of their honest runs."""
-    from cvmvm.tx import receipt
+    """A store of two models and the records of their honest runs (inputs as the program read them)."""
     from cvmvm.tx.store import Store
-    from serializer.records.transactions import Transaction
+    from cvmvm.tx.txtools import transaction_for
+    from serializer.records import transactions
     from tests.test_receipt import mlp_model, pair_model
     store = Store(scratch() / "tx-store")
-    txs = []
+    records = []
     rng = np.random.default_rng(7)
     for model in (mlp_model(), pair_model()):
         store.add(model)
-        for bound in (40, 300):   # the second run's inputs reach past their precision (and are clipped)
+        for bound in (40, 300):   # the second run's inputs reach past their precision: carried clipped
             inputs = {n: rng.integers(-bound, bound, t.shape).astype(np.int32) for n, t in model.inputs.items()}
-            r = receipt.make_receipt(model, model.run(inputs, trace=True))
-            txs.append(Transaction(model.model_hash, tuple(inputs.items()), r))
-    return {"store": store, "txs": txs}
+            tx, _, _ = transaction_for(model, inputs)
+            records.append(transactions.encode_tx(tx))
+    return {"store": store, "records": records}
+
+
+def _txs_file(records: list[bytes]) -> bytes:
+    from serializer.records import transactions
+    return transactions.HEADER + b"".join(transactions.frame(r) for r in records) + transactions.end_frame(len(records))
+
+
+def mutate_txs(case: bytes, ops: list[tuple[int, int, int, int]], seeds: list[bytes]) -> bytes:
+    """A transaction file mutated as bytes, or one record of it as a msgpack tree (re-framed)."""
+    from serializer.records import transactions
+    for kind, a, b, c in ops:
+        records = None
+        if kind % 16 >= 8:
+            try:
+                records = [r.body for r in transactions.iter_records(io.BytesIO(case), "case")]
+            except Exception:   # no longer framed: byte mutations only
+                records = None
+        if records:
+            k = a % len(records)
+            records[k] = mutate(records[k], [(kind, a // len(records), b, c)], "msgpack", records)
+            case = _txs_file(records)
+        else:
+            case = mutate(case, [(kind % 8, a, b, c)], None, seeds)
+    return case
 
 
 def _transactions() -> Setup:
-    from serializer.records import transactions as codec
-    from cvmvm.tx import replay
+    from serializer.records import transactions
+    from cvmvm.tx import replay, schedule
     world = _tx_world()
-    originals = {codec.encode_txs([tx]) for tx in world["txs"]}
-    seeds = [codec.encode_txs(world["txs"]), codec.encode_txs(world["txs"][:1])]
+    originals = set(world["records"])
+    seeds = [_txs_file(world["records"]), _txs_file(world["records"][:1])]
 
     def check(case: bytes) -> None:
-        txs = decoded(codec.decode_txs, codec.encode_txs, case, "transaction file")
-        if txs is None:
+        records = outcome(lambda: list(transactions.iter_records(io.BytesIO(case), "case")))
+        if records is None or sum(len(r.body) for r in records) > 16 << 20:
             return
-        if sum(v.nbytes for tx in txs for _, v in tx.inputs) > 16 << 20:
-            return
-        for tx, o in zip(txs, replay.replay(txs, world["store"], batch_size=8)):
-            if o.status == replay.OK and codec.encode_txs([tx]) not in originals:
-                if clipped_twin(tx, world):
-                    KNOWN.add("issue 12 item 2: transaction malleability through clipping")
-                    continue
-                raise Violation("a mutated transaction replayed as ok")
+        for burst in schedule.replay_records(records, world["store"], schedule.Options(batch_size=8)):
+            for o in burst:
+                if o.status == replay.OK and records[o.index].body not in originals:
+                    raise Violation("a mutated transaction replayed as ok")
+                if o.status == replay.ERROR:
+                    CODES_SEEN.add(str(o.error))
     return Setup(seeds, check)
-
-
-# Known defects that are another change's to fix, met and reported but not failed on: a case of
-# them fails tests/test_fuzz.py's strict-xfail replay, which passes once the defect is gone.
-KNOWN: set[str] = set()
-
-
-def clipped_twin(tx: Any, world: dict[str, Any]) -> bool:
-    """Whether ``tx`` is an original transaction with other input bytes that its model clips to the
-    same values (issue 12 item 2, the replay change's: input hashes commit to the clipped input)."""
-    from cvmvm.vm.batching import prepare_feeds
-    program = world["store"].get(tx.model_hash).program
-    mine = prepare_feeds(program, tx.inputs)
-    for original in world["txs"]:
-        if original.model_hash == tx.model_hash and original.receipt == tx.receipt:
-            theirs = prepare_feeds(program, original.inputs)
-            if all(np.array_equal(a, b) for a, b in zip(mine, theirs)):
-                return True
-    return False
 
 
 def _step_proofs() -> Setup:
@@ -734,7 +740,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("cortex", "Cortex graph JSON and params: read, verify, convert both ways, run", "cortex", _cortex),
     Target("npy", ".npy inputs: the header and data sizes, against numpy's own reader", None, _npy),
     Target("receipt", "receipts: decode, check against re-execution, signatures", "msgpack", _receipts),
-    Target("txs", "transaction files: decode, replay against a store", "msgpack", _transactions),
+    Target("txs", "transaction files: frames and records, replayed against a store", "txs", _transactions),
     Target("step_proof", "step proofs: decode, check against trace roots, with and without the model",
            "msgpack", _step_proofs),
     Target("trace", "trace files: read, every committed field, diff", "json", _traces),
@@ -859,7 +865,6 @@ def worker_main(argv: list[str]) -> int:
     failure = fuzz(target, examples, seed_value, current, stats, measure)
     print(json.dumps({"target": name, "seed": seed_value, "cases": stats.cases, "seconds": stats.seconds,
                       "slowest": stats.slowest, "codes": sorted(CODES_SEEN), "peak_traced": stats.peak_traced,
-                      "known": sorted(KNOWN),
                       "max_rss": peak_rss(),
                       "failure": None if failure is None else failure.to_json()}))
     return 0

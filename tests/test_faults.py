@@ -82,7 +82,9 @@ def test_kill_9_during_store_add(tmp_path):
     full = _duration(["store", "add", str(store), str(tmp_path / "m0.cvm")], lambda: first.unlink(missing_ok=True))
     rng = random.Random(12)
     killed = 0
-    for r in range(ROUNDS):
+    for r in range(3 * ROUNDS):   # until ROUNDS kills of a command still running (a busy machine stretches runs)
+        if killed == ROUNDS:
+            break
         k = r % len(models)
         target = store / (models[k].model_hash.hex() + ".cvm")
         if r % 2:
@@ -97,7 +99,7 @@ def test_kill_9_during_store_add(tmp_path):
             data = p.read_bytes()
             # under a final name: the old file as it was, or the whole new one
             assert data == CORRUPT or hashlib.sha256(data).hexdigest() == p.name[:64], (r, p.name)
-    assert killed > ROUNDS // 4
+    assert killed == ROUNDS
     # The next add finishes nothing half done and removes every stale temporary file of ours.
     for k in range(len(models)):
         assert main(["store", "add", str(store), str(tmp_path / f"m{k}.cvm")]) == 0
@@ -135,7 +137,9 @@ def test_kill_9_during_run_with_every_output(tmp_path):
     rng = random.Random(7)
     now = "b"
     outcomes = {"killed": 0, "all old": 0, "all new": 0, "finished by the next command": 0}
-    for r in range(ROUNDS):
+    for r in range(3 * ROUNDS):   # until ROUNDS kills of a command still running
+        if outcomes["killed"] == ROUNDS:
+            break
         new = "a" if now == "b" else "b"
         code, _ = _child(argv(new), rng.uniform(0, 1.2 * full))
         outcomes["killed"] += code == -signal.SIGKILL
@@ -153,14 +157,15 @@ def test_kill_9_during_run_with_every_output(tmp_path):
         outcomes["all new" if now == new else "all old"] += 1
         for d in (out / "t", out / "r", out / "o"):
             assert _own_temps(d) == [], r
-    assert outcomes["killed"] > ROUNDS // 4 and outcomes["all old"] and outcomes["all new"], outcomes
+    assert outcomes["killed"] == ROUNDS and outcomes["all old"] and outcomes["all new"], outcomes
 
 
 def test_four_concurrent_replays_on_one_store(tmp_path):
+    import dataclasses
     from cvmvm.tx import receipt
     from cvmvm.tx.store import Store
+    from cvmvm.tx.txtools import transaction_for
     from serializer.records import transactions
-    from serializer.records.transactions import Transaction
     store = Store(tmp_path / "store")
     txs = []
     rng = np.random.default_rng(3)
@@ -168,10 +173,11 @@ def test_four_concurrent_replays_on_one_store(tmp_path):
         store.add(model)
         for k in range(40):
             inputs = {n: rng.integers(-60, 60, t.shape).astype(np.int32) for n, t in model.inputs.items()}
-            r = receipt.sign(receipt.make_receipt(model, model.run(inputs, trace=True)), KEY)
+            tx, actual, _ = transaction_for(model, inputs)
+            r = receipt.sign(actual, KEY)
             if k % 9 == 4:
-                r = r.__class__(r.model_hash, r.inputs, r.output_hash, r.trace_root, r.ops + 1, r.signer)
-            txs.append(Transaction(model.model_hash, tuple(inputs.items()), r))
+                r = dataclasses.replace(r, ops=r.ops + 1)   # its signature no longer holds
+            txs.append(dataclasses.replace(tx, receipt=r))
     (tmp_path / "txs").write_bytes(transactions.encode_txs(txs))
     argv = [sys.executable, "-m", "cvmvm", "replay", str(tmp_path / "txs"), "--store", str(store.root), "--json"]
     alone = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)

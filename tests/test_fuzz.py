@@ -38,8 +38,6 @@ def test_every_target_on_its_budget():
     assert not failures, "fuzzing broke a contract (save the case into fixtures/fuzz/<target>/ once fixed):\n" \
         + report
     assert {r["target"] for r in results} == set(BUDGET)
-    known = {k for r in results for k in r["known"]}
-    assert known <= {"issue 12 item 2: transaction malleability through clipping"}, known
     for r in results:
         assert r["cases"] >= BUDGET[r["target"]], r
         assert r["slowest"] <= fuzzkit.CASE_SECONDS, r
@@ -52,27 +50,13 @@ def test_every_target_on_its_budget():
 
 
 CRASHES = [(name, path) for name in fuzzkit.TARGETS for path in fuzzkit.crash_files(name)]
-# A "known-" case is a defect another change owns (fuzzkit.KNOWN): it must stay a known one,
-# never a new failure, and its test turns from xfail to a failure (strict) once the defect is gone,
-# to say that the file's name and fuzzkit's exception can go.
-KNOWN_DEFECTS = {"txs": "issue 12 item 2 (the replay change): a transaction whose input the model clips to the "
-                        "original's values replays as ok"}
 
 
-def _case(name, path):
-    marks = ()
-    if path.name.startswith("known-"):
-        marks = (pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[name]),)
-    return pytest.param(name, path, marks=marks, id=f"{name}/{path.name}")
-
-
-@pytest.mark.parametrize("name, path", [_case(n, p) for n, p in CRASHES])
+@pytest.mark.parametrize("name, path", CRASHES, ids=[f"{n}/{p.name}" for n, p in CRASHES])
 def test_crash_files_replay(name, path):
     target = fuzzkit.TARGETS[name]
-    fuzzkit.KNOWN.clear()
     took, failure = fuzzkit.run_case(target, path.read_bytes())
     assert failure is None, failure.detail
-    assert not fuzzkit.KNOWN, fuzzkit.KNOWN
 
 
 def test_crash_directories_name_targets():

@@ -204,7 +204,7 @@ def test_resume_needs_output(demo, capsys):
 
 def test_a_missing_store_is_one_error(demo, tmp_path):
     run = _cli("replay", str(demo / "txs.cvmtx"), "--store", str(tmp_path / "nowhere"))
-    assert run.returncode == EXIT_CODES["input"] and run.stdout == ""
+    assert run.returncode == EXIT_CODES["io"] and run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1 and "nowhere" in run.stderr
 
 

@@ -120,6 +120,8 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
     previous = None
     out = None
     if args.output is not None:
+        # Checked as every output is (its directory, not an input); appended to, not replaced.
+        files.Outputs(reads=[args.txs, args.signer]).file(args.output, "--output")
         if args.resume and os.path.exists(args.output):
             out, previous = results.resume(args.output, opts.signer)
         else:

@@ -101,8 +101,8 @@ def keygen(path: Path) -> bytes:
                                     serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
                                                serialization.PublicFormat.SubjectPublicKeyInfo)
-    files.write_atomic(path, private_pem, mode=0o600)
-    files.write_atomic(public, public_pem)
+    files.write_file(path, private_pem, "KEY", mode=0o600)
+    files.write_file(public, public_pem, "KEY.pub")
     return key.public_key().public_bytes_raw()
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from isa.errors import CvmError, InputError, MalformedError, UsageError
+from isa.errors import CvmError, MalformedError, UsageError
+from cvmvm import files
 from cvmvm.tx.replay import ERROR, MISMATCH, OK, Outcome
 
 RESULTS_FORMAT = "cvmvm-replay-results"
@@ -111,7 +112,7 @@ class ResultsFile:
             raise UsageError("argument", f"--output {p}: the file exists; continue it with --resume, "
                                          f"or give a new name") from None
         except OSError as e:
-            raise InputError("file", f"--output {p}: {e.strerror or e}") from None
+            raise files.write_failure(e, "--output", p) from None
         out = cls(p, fd, 0)
         out._write(_header(signer))
         return out
@@ -138,7 +139,7 @@ def resume(path: str | os.PathLike[str], signer: bytes | None) -> tuple[ResultsF
     try:
         fd = os.open(p, os.O_RDWR | os.O_APPEND)
     except OSError as e:
-        raise InputError("file", f"--output {p} (--resume): {e.strerror or e}") from None
+        raise files.read_failure(e, "--output (--resume)", p) from None
     with os.fdopen(os.dup(fd), "rb") as f:
         head = f.readline(MAX_LINE)
         if head != _header(signer):

@@ -24,10 +24,11 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from isa.errors import CvmError, InputError, InternalError, MalformedError, UsageError
+from isa.errors import CvmError, InternalError, IOFailure, MalformedError, UsageError
 from serializer import kinds
 from serializer.records import transactions
 from serializer.records.transactions import Record
+from cvmvm import files
 from cvmvm.vm.api import Model, load
 from cvmvm.vm.verify import Limits
 from cvmvm.tx.replay import DEFAULT_BATCH, Item, Outcome, Replayer, failed
@@ -246,10 +247,9 @@ def executor(store: Store, opts: Options) -> Local | Pool | Ray:
 # -- the stream --------------------------------------------------------------------------
 
 def open_txs(path: str | os.PathLike[str]) -> Any:
-    try:
-        return open(path, "rb", buffering=READ_BUFFER)
-    except OSError as e:
-        raise InputError("file", f"transaction file {path}: {e.strerror or e}") from None
+    """The transaction file, a regular file (never a fifo or device), read through a buffer."""
+    f, _ = files.open_regular(path, "transaction file")
+    return io.BufferedReader(f, READ_BUFFER)
 
 
 def count_hint(path: str | os.PathLike[str]) -> int | None:
@@ -272,7 +272,8 @@ def count_hint(path: str | os.PathLike[str]) -> int | None:
 
 def check_store(store: Store) -> None:
     if not store.root.is_dir():
-        raise InputError("file", f"store {store.root} is not a directory")
+        raise IOFailure("not_found" if not store.root.exists() else "not_regular",
+                        f"store {store.root} is not a directory")
 
 
 def replay_records(records: Iterable[Record], store: Store, opts: Options = Options(),

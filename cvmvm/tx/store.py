@@ -45,20 +45,10 @@ class Store:
     def path(self, model_hash: bytes) -> Path:
         return self.root / (model_hash.hex() + SUFFIX)
 
-    def _directory(self) -> None:
-        """Create the store directory if missing (its parent must exist), or check that it is one."""
-        try:
-            os.mkdir(self.root)
-        except FileExistsError:
-            if not self.root.is_dir():
-                raise IOFailure("not_regular", f"store {self.root} is not a directory") from None
-        except OSError as e:
-            raise files.write_failure(e, "store", self.root) from None
-
     def add(self, model: Model) -> bytes:
         """Store a model (once: an intact copy is kept as it is); return its hash."""
         digest = model.model_hash
-        self._directory()
+        files.make_directory(self.root, "store")
         target = self.path(digest)
         if self._check(target.name)[1] is not None:
             files.write_file(target, model.canonical_bytes, "stored model")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -104,14 +105,14 @@ def _transaction(i: int, x: np.ndarray, r: receipt.Receipt, model_hash: bytes, n
 def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bool = True) -> dict[str, Any]:
     """Write the store, the transactions, the expectations (and the public key when signed);
     return the expectations."""
-    out.mkdir(parents=True, exist_ok=True)
+    files.make_directory(out, "OUT")
     model_hash = Store(out / "store").add(model)
     key = signing_key() if signed else None
     (name, t), = model.inputs.items()
     bound = precision_bound(t.precision or 8)
     runner = Replayer(lambda h: model)
     bad = []
-    with files.atomic_output(out / "txs.cvmtx") as f:
+    with files.output_stream(out / "txs.cvmtx", "the transaction file") as f:
         writer = transactions.TxWriter(f)
         for start in range(0, count, STEP):
             xs = [image(images, i, bound) for i in range(start, min(count, start + STEP))]
@@ -124,9 +125,10 @@ def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bo
                     bad.append(expect)
         writer.close()
     if key is not None:
-        files.write_atomic(out / "signer.pub", key.public_key().public_bytes_raw())
+        files.write_file(out / "signer.pub", key.public_key().public_bytes_raw(), "the public key")
     expected = {"count": count, "model_hash": model_hash.hex(), "signed": signed, "bad": bad}
-    files.write_atomic(out / "expected.json", (json.dumps(expected, indent=1, sort_keys=True) + "\n").encode())
+    files.write_file(out / "expected.json", (json.dumps(expected, indent=1, sort_keys=True) + "\n").encode(),
+                     "the expectations")
     return expected
 
 
@@ -148,9 +150,9 @@ def append(path: Path, bodies: list[bytes]) -> int:
     """Write ``path`` with its transactions (if it exists) followed by ``bodies``; return the count."""
     old = None
     if path.exists():
-        old = open(path, "rb", buffering=1 << 20)
+        old = io.BufferedReader(files.open_regular(path, "transaction file")[0], 1 << 20)
     try:
-        with files.atomic_output(path) as out:
+        with files.output_stream(path, "TXS") as out:
             writer = transactions.TxWriter(out)
             if old is not None:
                 for r in transactions.iter_records(old, str(path)):
@@ -170,7 +172,7 @@ def convert(source: Path, target: Path) -> int:
     if data.startswith(transactions.MAGIC):
         raise UsageError("argument", f"{source} is already a version {transactions.TXS_VERSION} transaction file")
     bodies = transactions.decode_v1(data)
-    with files.atomic_output(target) as out:
+    with files.output_stream(target, "NEW", reads=[source]) as out:
         writer = transactions.TxWriter(out)
         for body in bodies:
             writer.add_record(body)
