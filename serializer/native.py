@@ -19,7 +19,7 @@ import numpy as np
 
 from isa.errors import InternalError, InvalidError
 from isa.table import ISA_VERSION, OPCODE, OPS
-from isa.types import INT32, TensorType, vm_dtype
+from isa.types import INT32, WIRE_DTYPES, TensorType, vm_dtype
 from serializer import strict
 from serializer.model import Input, Instr, Model, Param, Scales
 from serializer.strict import Reader, attrs_to_wire, tensor_data
@@ -103,11 +103,11 @@ def encoded_size(model: Model, at_most: int | None = None) -> int:
     not above it may be returned when the true one is not above it either (params are then
     counted at their dtype's width, sparing the scan that chooses int8 storage)."""
     size = len(msgpack.packb(to_wire(model, data=False), use_bin_type=True))
-    widths = [p.type.size * DTYPES[p.type.dtype].itemsize for p in model.params]
+    widths = [p.type.size * WIRE_DTYPES[p.type.dtype].itemsize for p in model.params]
     if at_most is not None and size + sum(n + 3 for n in widths) <= at_most:
         return size + sum(n + _bin_header(n) - _bin_header(0) for n in widths)
     for p in model.params:
-        n = p.type.size * DTYPES[_storage(p.value, p.type.dtype)].itemsize
+        n = p.type.size * WIRE_DTYPES[_storage(p.value, p.type.dtype)].itemsize
         size += n + _bin_header(n) - _bin_header(0)
     return size
 
