@@ -171,6 +171,18 @@ def test_every_outcome_kind(store):
     assert schedule.replay(txs[:1], store, signer=b"\x03" * 32)[0].fields == ("signer",)
 
 
+def test_each_signature_is_verified_once(store, monkeypatch):
+    """Signature verification is most of a signed replay's cost: once before execution, never again."""
+    model = mlp_model()
+    store.add(model)
+    txs = [honest(model, f) for f in clipped_inputs(model, 5, RNG_SEED + 3)]
+    calls = []
+    verify = receipt.signature_valid
+    monkeypatch.setattr(receipt, "signature_valid", lambda r: calls.append(r) or verify(r))
+    assert [o.status for o in schedule.replay(txs, store)] == ["ok"] * 5
+    assert len(calls) == 5
+
+
 def test_store_hash_mismatch_is_an_error_for_that_model_only(store):
     a, b = mlp_model(), pair_model()
     store.add(a)

@@ -104,7 +104,9 @@ def test_resume_refuses_other_results(demo, tmp_path, capsys):
 
 
 def test_kill_9_loses_only_what_was_in_flight(demo, tmp_path):
-    big = repeated(demo, tmp_path / "big", 5)   # long enough to be killed mid-run
+    # 30,000 transactions: the last kill point leaves more than half a second of work even on a
+    # fast machine, so the kill always lands mid-run however late the polling loop wakes up.
+    big = repeated(demo, tmp_path / "big", 10)
     reference = _cli(*_replay(big, "--json"))
     for round, wait_lines in enumerate((50, 6000, 13000)):
         out = tmp_path / f"r{round}.jsonl"
@@ -122,7 +124,7 @@ def test_kill_9_loses_only_what_was_in_flight(demo, tmp_path):
         proc.wait()
         data = out.read_bytes()
         assert data.endswith(b"\n")
-        assert wait_lines < data.count(b"\n") - 1 < 15000
+        assert wait_lines < data.count(b"\n") - 1 < 30000
         resumed = _cli(*_replay(big, "--output", str(out), "--resume", "--json"))
         assert (resumed.returncode, resumed.stdout) == (reference.returncode, reference.stdout)
         assert _session_processes(proc.pid) == []
