@@ -148,6 +148,8 @@ CODES: dict[str, str] = {
     "internal.trace": "a traced run that did not hash every tensor (a VM bug)",
     "internal.ray": "replay --ray: a Ray task failed for another reason than cvmvm's own errors",
     "internal.replay": "replay: a transaction left without an outcome (a bug)",
+    "internal.worker": "replay: a worker process died (killed by a signal: out of memory, kill -9); the outcomes "
+                       "before it are reported and written, `--resume` continues",
     "internal.bug": "any other exception: a VM bug (the command line reports it, never a traceback)",
     "io.not_found": "a file, or an output's directory, that does not exist",
     "io.not_regular": "a directory, device, fifo or socket where a file is read or written (in a store, a link too)",

@@ -191,6 +191,33 @@ def test_ctrl_c_prints_no_traceback_and_leaves_no_worker(demo, tmp_path, workers
     assert out.read_bytes().endswith(b"\n")
 
 
+def test_a_killed_worker_ends_the_replay_with_internal_worker_and_resume_completes(demo, tmp_path):
+    """A worker lost mid-run (the OOM killer, kill -9) is a defined outcome, never a hang."""
+    big = repeated(demo, tmp_path / "big", 10)
+    reference = _cli(*_replay(big, "--json"))
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(big, "--output", str(out), "--batch", "16",
+                                                                    "--workers", "2")],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_bytes().count(b"\n") > 1000):
+        time.sleep(0.005)
+    assert proc.poll() is None
+    # Workers are forked by the forkserver: its children in the replay's session.
+    parents = {p: int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+               for p in _session_processes(proc.pid)}
+    server = [p for p in parents if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    workers = [p for p, parent in parents.items() if parent in server]
+    assert workers
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 7 and err.startswith("cvmvm: error internal.worker:"), err
+    assert out.read_bytes().endswith(b"\n")
+    resumed = _cli(*_replay(big, "--output", str(out), "--resume", "--json"))
+    assert (resumed.returncode, resumed.stdout) == (reference.returncode, reference.stdout)
+
+
 # -- command-line mistakes ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extra", [["--workers", "0"], ["--batch", "0"], ["--workers", "-1"], ["--batch", "x"]])

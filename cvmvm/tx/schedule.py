@@ -21,6 +21,8 @@ import multiprocessing
 import os
 import queue
 import signal
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -91,7 +93,11 @@ def _worker_chunk(model: bytes, items: list[Item]) -> list[Outcome]:
 
 
 class Pool:
-    """Worker processes (forkserver: nothing of the driver's state is inherited)."""
+    """Worker processes (forkserver: nothing of the driver's state is inherited).
+
+    A ProcessPoolExecutor, not a multiprocessing.Pool: a worker killed mid-chunk (the
+    kernel's OOM killer, kill -9) breaks the executor and fails every pending chunk,
+    where a multiprocessing.Pool replaces the worker and waits forever for its chunk."""
 
     def __init__(self, store: Store, opts: Options) -> None:
         methods = multiprocessing.get_all_start_methods()
@@ -100,34 +106,37 @@ class Pool:
             # Workers fork from a server that imported the VM once, instead of each importing it.
             context.set_forkserver_preload(["cvmvm.tx.replay"])
         self.parallel = opts.workers
-        self.pool = context.Pool(opts.workers, _worker_init, (str(store.root), opts.batch_size, opts.signer,
-                                                              opts.limits))
-        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.pool = ProcessPoolExecutor(opts.workers, mp_context=context, initializer=_worker_init,
+                                        initargs=(str(store.root), opts.batch_size, opts.signer, opts.limits))
+        self.results: queue.SimpleQueue[Future[list[Outcome]]] = queue.SimpleQueue()
         self.inflight = 0
 
     def submit(self, model: bytes, items: list[Item]) -> None:
         self.inflight += 1
-        self.pool.apply_async(_worker_chunk, (model, items), callback=self.results.put,
-                              error_callback=self.results.put)
+        self.pool.submit(_worker_chunk, model, items).add_done_callback(self.results.put)
 
     def collect(self, block: bool) -> list[list[Outcome]]:
         done = []
         while self.inflight and (block or not self.results.empty()):
             got = self.results.get()
             self.inflight -= 1
-            if isinstance(got, BaseException):
-                raise got
-            done.append(got)
+            failure = got.exception()
+            if isinstance(failure, BrokenProcessPool):
+                raise InternalError("worker", "a replay worker process died (killed by a signal: out of memory, "
+                                              "kill -9); every outcome before it is reported, and --resume "
+                                              "continues from there") from None
+            if failure is not None:
+                raise failure
+            done.append(got.result())
             block = False
         return done
 
     def close(self) -> None:
-        self.pool.close()
-        self.pool.join()
+        self.pool.shutdown(wait=True)
 
     def abort(self) -> None:
-        self.pool.terminate()
-        self.pool.join()
+        # Workers ignore SIGINT; each ends after the chunk it holds (a fraction of a second).
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 # Ray workers get models as bytes through the object store, re-hashed before use.
