@@ -103,6 +103,20 @@ def test_resume_refuses_other_results(demo, tmp_path, capsys):
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"
 
 
+def _started(big: Path, out: Path, lines: int, *args: str) -> subprocess.Popen:
+    """A replay of ``big`` writing ``out``, in its own session, once ``out`` holds ``lines`` lines."""
+    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(big, "--output", str(out), *args)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and out.read_bytes().count(b"\n") > lines:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None
+    return proc
+
+
 def test_kill_9_loses_only_what_was_in_flight(demo, tmp_path):
     # 30,000 transactions: the last kill point leaves more than half a second of work even on a
     # fast machine, so the kill always lands mid-run however late the polling loop wakes up.
@@ -110,18 +124,9 @@ def test_kill_9_loses_only_what_was_in_flight(demo, tmp_path):
     reference = _cli(*_replay(big, "--json"))
     for round, wait_lines in enumerate((50, 6000, 13000)):
         out = tmp_path / f"r{round}.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(big, "--output", str(out), "--batch", "16",
-                                                                        "--workers", "2" if round == 1 else "1")],
-                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if out.exists() and out.read_bytes().count(b"\n") > wait_lines:
-                break
-            time.sleep(0.005)
-        assert proc.poll() is None
+        proc = _started(big, out, wait_lines, "--batch", "16", "--workers", "2" if round == 1 else "1")
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.communicate()
         data = out.read_bytes()
         assert data.endswith(b"\n")
         assert wait_lines < data.count(b"\n") - 1 < 30000
@@ -173,14 +178,7 @@ def _session_processes(sid: int) -> list[int]:
 def test_ctrl_c_prints_no_traceback_and_leaves_no_worker(demo, tmp_path, workers):
     big = repeated(demo, tmp_path / "big", 20)   # long enough to be interrupted
     out = tmp_path / "r.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(big, "--output", str(out), "--batch", "8",
-                                                                    "--workers", workers)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out.exists() and out.read_bytes().count(b"\n") > 100):
-        time.sleep(0.005)
-    assert proc.poll() is None
+    proc = _started(big, out, 100, "--batch", "8", "--workers", workers)
     os.killpg(proc.pid, signal.SIGINT)   # what a terminal sends to the whole job
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err and err.strip().splitlines() == ["cvmvm: interrupted"]
@@ -196,14 +194,7 @@ def test_a_killed_worker_ends_the_replay_with_internal_worker_and_resume_complet
     big = repeated(demo, tmp_path / "big", 10)
     reference = _cli(*_replay(big, "--json"))
     out = tmp_path / "r.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(big, "--output", str(out), "--batch", "16",
-                                                                    "--workers", "2")],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out.exists() and out.read_bytes().count(b"\n") > 1000):
-        time.sleep(0.005)
-    assert proc.poll() is None
+    proc = _started(big, out, 1000, "--batch", "16", "--workers", "2")
     # Workers are forked by the forkserver: its children in the replay's session.
     parents = {p: int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
                for p in _session_processes(proc.pid)}
