@@ -374,8 +374,9 @@ def conv_cases(draw):
     c, oc = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
     kh, kw, dh, dw = (draw(st.integers(1, 3)) for _ in range(4))
     ph, pw = draw(st.integers(0, 9)), draw(st.integers(0, 9))
-    h = draw(st.integers(max(1, dh * (kh - 1) + 1 - 2 * ph), 6))
-    w = draw(st.integers(max(1, dw * (kw - 1) + 1 - 2 * pw), 6))
+    # At least the dilated kernel's extent less the padding, and at most 6 unless that is more.
+    low_h, low_w = max(1, dh * (kh - 1) + 1 - 2 * ph), max(1, dw * (kw - 1) + 1 - 2 * pw)
+    h, w = draw(st.integers(low_h, max(low_h, 6))), draw(st.integers(low_w, max(low_w, 6)))
     attrs = dict(channels=oc, kernel_size=(kh, kw), groups=groups, strides=(draw(st.integers(1, 9)),
                  draw(st.integers(1, 9))), padding=(ph, pw), dilation=(dh, dw), use_bias=draw(st.booleans()))
     return attrs, (draw(st.integers(1, 3)), c, h, w), (oc, c // groups, kh, kw), draw(st.integers(0, 2**32 - 1))
