@@ -121,13 +121,13 @@ def per_run_tensors(program) -> list[int]:
 
 
 def hashing_seconds(program, feeds: dict) -> float:
-    """Hashing one run's tensors in the calling thread, one after another."""
+    """Committing one run's tensors (FORMAT.md section 2) in the calling thread, one after another."""
     from cvmvm.vm.execute import execute
-    from serializer.hashing import tensor_hash
+    from serializer.hashing import tensor_commitment
     wanted = set(per_run_tensors(program))
     values: list = []
     execute(program, feeds, lambda t, v: values.append((t, v)) if t in wanted else None)
-    return _timed(lambda: [tensor_hash(v, program.types[t].dtype) for t, v in values])
+    return _timed(lambda: [tensor_commitment(v, program.types[t]) for t, v in values])
 
 
 def bench_model(name: str, runs: int, wait: float) -> dict:

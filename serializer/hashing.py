@@ -1,8 +1,13 @@
-"""Canonical hashes: tensors, traces (a Merkle tree) and outputs.
+"""Every hash of commitment format 2 (docs/FORMAT.md sections 1.3 and 2-5): chunked
+tensor commitments, Merkle trees and audit paths, the program root, the model hash,
+the input commitment, the trace root and the output hash.
 
-Every construction is specified byte for byte in docs/FORMAT.md and pinned by
-known-answer tests.  SHA-256 throughout; every preimage starts with its own
-domain tag so a hash of one kind can never be read as another.
+Everything a contract opens is here, byte for byte: the committed body of a
+tensor (lanes by precision, channel-last for rank-4 tensors in 1-byte lanes),
+its 4096-byte chunks and their RFC 6962 tree.  The program records themselves
+are serializer.records.program.  SHA-256 throughout; every preimage starts with
+its own domain tag or tree prefix, and known-answer tests recompute each one
+(tests/test_hashing.py).
 """
 
 from __future__ import annotations
@@ -14,112 +19,145 @@ from typing import Sequence
 
 import numpy as np
 
-from isa.types import WIRE_DTYPES, vm_dtype
+from isa.types import DTYPES, INT32, WIRE_DTYPES, TensorType
 
-TENSOR_TAG = b"cvmvm/tensor/v1\x00"
-OUTPUTS_TAG = b"cvmvm/outputs/v1\x00"
-NODE_TAG = b"cvmvm/node/v1\x00"
+CHUNK_SIZE = 4096
 HASH_SIZE = 32
-LEAF_PREFIX = b"\x00"
-NODE_PREFIX = b"\x01"
-ROOT_PREFIX = b"\x02"
+LEAF = b"\x00"
+INNER = b"\x01"
 
-# Wire codes of the dtypes, fixed forever (docs/FORMAT.md).
+TENSOR_TAG = b"cvmvm/tensor/v2\x00"
+PROGRAM_TAG = b"cvmvm/program/v2\x00"
+MODEL_TAG = b"cvmvm/model/v2\x00"
+INPUTS_TAG = b"cvmvm/inputs/v2\x00"
+TRACE_TAG = b"cvmvm/trace/v2\x00"
+OUTPUTS_TAG = b"cvmvm/outputs/v2\x00"
+
+# Wire codes of the dtypes, fixed forever.
 DTYPE_CODES: dict[str, int] = {"int8": 1, "uint8": 2, "int32": 3, "int64": 4,
                                "float16": 5, "float32": 6, "float64": 7}
 
-# Kinds of trace entries.
+# Kinds of trace entries (a tensor's producer), for trace files and diffs.
 INPUT, PARAM, INSTR = 0, 1, 2
 KIND_NAMES = ("input", "param", "instr")
 
-
-def tensor_header(dtype: str, shape: Sequence[int]) -> bytes:
-    return (TENSOR_TAG + struct.pack("<BB", DTYPE_CODES[dtype], len(shape))
-            + b"".join(struct.pack("<Q", d) for d in shape))
+_LANE_DTYPES: dict[int, np.dtype] = {1: np.dtype("i1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
 
 
-def canonical_array(value: np.ndarray, dtype: str) -> np.ndarray:
-    """The array as C-contiguous little-endian ``dtype``; no copy when it already is.
+# -- the committed body ---------------------------------------------------------------
 
-    Not ``np.ascontiguousarray``: that turns a 0-d array into shape (1,).
+def lane_width(t: TensorType) -> int:
+    """Bytes per element: by precision for int32 (1, 2 or 4), else the dtype's size."""
+    if t.dtype == INT32:
+        p = t.precision
+        return 4 if p is None or p > 16 else 2 if p > 8 else 1
+    return DTYPES[t.dtype].itemsize
+
+
+def channel_last(t: TensorType) -> bool:
+    """Rank-4 tensors in 1-byte lanes (every conv2d input and weight) are laid out (N, H, W, C)."""
+    return t.ndim == 4 and lane_width(t) == 1
+
+
+def body_length(t: TensorType) -> int:
+    return t.size * lane_width(t)
+
+
+def chunk_count(t: TensorType) -> int:
+    return max(1, -(-body_length(t) // CHUNK_SIZE))
+
+
+def _lane_dtype(t: TensorType) -> np.dtype:
+    if t.dtype == INT32:
+        return _LANE_DTYPES[lane_width(t)]
+    return WIRE_DTYPES[t.dtype]
+
+
+def tensor_body(value: np.ndarray, t: TensorType) -> memoryview:
+    """The tensor's committed bytes: its elements in the committed order, each in its lane.
+
+    A value must be of the VM dtype its type says and within its precision
+    (verification and execution guarantee both); narrowing to the lane is then
+    exact.  No copy when the array already is its body (4-byte lanes, row-major).
     """
-    return np.asarray(value, dtype=WIRE_DTYPES[dtype], order="C")
+    dtype = _lane_dtype(t)
+    if channel_last(t):
+        out = np.empty((value.shape[0], value.shape[2], value.shape[3], value.shape[1]), dtype=dtype)
+        np.copyto(out, value.transpose(0, 2, 3, 1), casting="unsafe")
+    elif value.dtype == dtype and value.flags.c_contiguous:  # the very bytes (a big-endian array is not)
+        out = value
+    else:
+        out = np.empty(value.shape, dtype=dtype)
+        np.copyto(out, value, casting="unsafe")
+    return out.data.cast("B")
 
 
-def tensor_hash(value: np.ndarray, dtype: str | None = None) -> bytes:
-    """SHA-256(TENSOR_TAG || u8 dtype || u8 ndim || u64le dims || little-endian data).
+def tensor_from_body(body: bytes | memoryview, t: TensorType) -> np.ndarray:
+    """A committed body back to its tensor: row-major, the VM dtype (int32 lanes sign-extended).
+    The body must be exactly ``body_length(t)`` bytes."""
+    lanes = np.frombuffer(body, dtype=_lane_dtype(t))
+    if channel_last(t):
+        n, c, h, w = t.shape
+        lanes = lanes.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(lanes.reshape(t.shape), dtype=DTYPES[t.dtype])
 
-    ``dtype`` names the VM dtype, and must be the array's own (byte order and
-    memory layout aside: a big-endian or strided array hashes like its
-    canonical form); by default it is read from the array.  An array of
-    another dtype is refused rather than cast, since a cast could wrap values.
-    A C-contiguous little-endian array is hashed straight from its buffer.
-    """
-    own = vm_dtype(value.dtype)
-    if own is None:
-        raise ValueError(f"no VM dtype for numpy dtype {value.dtype}")
-    if dtype is not None and dtype != own:
-        raise ValueError(f"a {value.dtype} array is not of VM dtype {dtype}")
-    data = canonical_array(value, own)
-    h = hashlib.sha256(tensor_header(own, data.shape))
-    h.update(data.data.cast("B"))
+
+def positions(t: TensorType, index: np.ndarray) -> np.ndarray:
+    """Row-major element indices -> positions in the committed order."""
+    index = np.asarray(index, dtype=np.int64)
+    if not channel_last(t):
+        return index
+    n, c, h, w = np.unravel_index(index, t.shape)
+    _, cs, hs, ws = t.shape
+    return ((n * hs + h) * ws + w) * cs + c
+
+
+def type_bytes(t: TensorType) -> bytes:
+    """u8 dtype code || u8 precision (0: none) || u8 ndim || u32le dims."""
+    return bytes([DTYPE_CODES[t.dtype], t.precision or 0, t.ndim]) + struct.pack(f"<{t.ndim}I", *t.shape)
+
+
+# -- trees (RFC 6962 shape) ----------------------------------------------------------------
+
+def leaf_hash(data: bytes | memoryview) -> bytes:
+    h = hashlib.sha256(LEAF)
+    h.update(data)
     return h.digest()
 
 
-def node_digest(descriptor: bytes) -> bytes:
-    """SHA-256(NODE_TAG || descriptor): commits a trace leaf to what produced its tensor (FORMAT.md section 3)."""
-    return hashlib.sha256(NODE_TAG + descriptor).digest()
+def inner_hash(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(INNER + left + right).digest()
 
 
-def leaf_prefix(tensor: int, kind: int, index: int, output: int, precision: int | None, node: bytes) -> bytes:
-    """Everything a leaf commits to but the tensor hash; fixed by the program alone."""
-    return LEAF_PREFIX + struct.pack("<IBIIB", tensor, kind, index, output, precision or 0) + node
-
-
-def leaf_hash(tensor: int, kind: int, index: int, output: int, precision: int | None, node: bytes,
-              digest: bytes) -> bytes:
-    """A trace leaf: SHA-256(0x00 || u32le tensor || u8 kind || u32le index || u32le output
-    || u8 precision (0: none) || node digest || tensor hash)."""
-    return hashlib.sha256(leaf_prefix(tensor, kind, index, output, precision, node) + digest).digest()
-
-
-def trace_root(model_hash: bytes, count: int, tree: bytes) -> bytes:
-    """The trace root: SHA-256(0x02 || model hash || u32le leaf count || Merkle root of the leaves)."""
-    return hashlib.sha256(ROOT_PREFIX + model_hash + struct.pack("<I", count) + tree).digest()
-
-
-def node_hash(left: bytes, right: bytes) -> bytes:
-    return hashlib.sha256(NODE_PREFIX + left + right).digest()
-
-
-def _split(n: int) -> int:
-    """Largest power of two strictly less than n (n >= 2): RFC 6962's split point."""
-    k = 1
-    while k * 2 < n:
-        k *= 2
-    return k
-
-
-def merkle_root(leaves: Sequence[bytes]) -> bytes:
-    """RFC 6962-style root: no duplicated nodes, so no two leaf lists share a root."""
+def tree_levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
+    """Every level of the tree, leaves first: adjacent pairs from the left, an odd last node
+    carried up unchanged.  That is RFC 6962's split tree, built bottom-up."""
     if not leaves:
-        raise ValueError("a trace has at least one leaf")
-    if len(leaves) == 1:
-        return leaves[0]
-    k = _split(len(leaves))
-    return node_hash(merkle_root(leaves[:k]), merkle_root(leaves[k:]))
+        raise ValueError("a tree has at least one leaf")
+    levels = [list(leaves)]
+    while len(levels[-1]) > 1:
+        level = levels[-1]
+        up = [inner_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            up.append(level[-1])
+        levels.append(up)
+    return levels
 
 
-def merkle_roots(trees: Sequence[Sequence[bytes]]) -> list[bytes]:
-    """``merkle_root`` of each of many leaf lists of one length, given by position: ``trees[p][i]``
-    is leaf p of tree i.  Level by level, left to right, an odd last node carried up as it is:
-    the same tree as RFC 6962's split at the largest power of two below n, built without a call
-    per node (a batched run's roots; tests/test_hashing.py checks it against merkle_root)."""
+def tree_root(leaves: Sequence[bytes]) -> bytes:
+    return tree_levels(leaves)[-1][0]
+
+
+def tree_roots(trees: Sequence[Sequence[bytes]]) -> list[bytes]:
+    """``tree_root`` of each of many leaf lists of one length, given by position: ``trees[p][i]``
+    is leaf p of tree i.  Level by level, left to right, an odd last node carried up as it is
+    (``tree_levels``' shape), without a call per node: a batched run's trace trees
+    (tests/test_hashing.py checks it against tree_root)."""
     if not trees:
-        raise ValueError("a trace has at least one leaf")
+        raise ValueError("a tree has at least one leaf")
     level = [list(column) for column in trees]
     while len(level) > 1:
-        paired = [[hashlib.sha256(NODE_PREFIX + a + b).digest() for a, b in zip(left, right)]
+        paired = [[hashlib.sha256(INNER + a + b).digest() for a, b in zip(left, right)]
                   for left, right in zip(level[0::2], level[1::2])]
         if len(level) % 2:
             paired.append(level[-1])
@@ -127,62 +165,101 @@ def merkle_roots(trees: Sequence[Sequence[bytes]]) -> list[bytes]:
     return level[0]
 
 
-def merkle_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
-    """Sibling hashes from the leaf up to the root (RFC 6962 audit path)."""
-    if not 0 <= index < len(leaves):
+def audit_path(levels: list[list[bytes]], index: int) -> list[bytes]:
+    """Leaf ``index``'s siblings from the bottom up (a carried node has none at its level)."""
+    if not 0 <= index < len(levels[0]):
         raise ValueError(f"leaf {index} out of range")
-    if len(leaves) == 1:
-        return []
-    k = _split(len(leaves))
-    if index < k:
-        return merkle_proof(leaves[:k], index) + [merkle_root(leaves[k:])]
-    return merkle_proof(leaves[k:], index - k) + [merkle_root(leaves[:k])]
+    path = []
+    for level in levels[:-1]:
+        sibling = index ^ 1
+        if sibling < len(level):
+            path.append(level[sibling])
+        index //= 2
+    return path
 
 
-def root_from_proof(leaf: bytes, index: int, count: int, proof: Sequence[bytes]) -> bytes | None:
-    """The Merkle root that one leaf and its audit path imply, or None if the path does not fit (index, count)."""
-    if not 0 <= index < count or any(len(h) != HASH_SIZE for h in proof):
+def root_from_path(leaf: bytes, index: int, count: int, path: Sequence[bytes]) -> bytes | None:
+    """The root one leaf and its audit path give (RFC 9162 section 2.1.3.2), or None when the
+    path does not have exactly the length (index, count) needs."""
+    if not 0 <= index < count or len(path) > 64 or any(len(h) != HASH_SIZE for h in path):
         return None
-    path = list(proof)
-
-    def climb(lo: int, n: int) -> bytes | None:
-        # Root of the subtree [lo, lo + n) holding `index`; the path's top sibling is last.
-        if n == 1:
-            return leaf
-        if not path:
+    fn, sn, r = index, count - 1, leaf
+    for p in path:
+        if sn == 0:
             return None
-        k = _split(n)
-        sibling = path.pop()
-        if index < lo + k:
-            inner = climb(lo, k)
-            return None if inner is None else node_hash(inner, sibling)
-        inner = climb(lo + k, n - k)
-        return None if inner is None else node_hash(sibling, inner)
-
-    got = climb(0, count)
-    return got if got is not None and not path else None
-
-
-def verify_merkle_proof(leaf: bytes, index: int, count: int, proof: Sequence[bytes], root: bytes) -> bool:
-    """Whether one leaf and its audit path give this Merkle root; the path length must be exact."""
-    return len(leaf) == HASH_SIZE and root_from_proof(leaf, index, count, proof) == root
+        if fn & 1 or fn == sn:
+            r = inner_hash(p, r)
+            while not fn & 1 and fn:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = inner_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    return r if sn == 0 else None
 
 
-def outputs_hash(digests: Sequence[bytes]) -> bytes:
-    """SHA-256(OUTPUTS_TAG || u32le count || tensor hashes in head order)."""
-    return hashlib.sha256(OUTPUTS_TAG + struct.pack("<I", len(digests)) + b"".join(digests)).digest()
+# -- tensors -------------------------------------------------------------------------------------
+
+def chunk_leaves(body: memoryview) -> list[bytes]:
+    base = hashlib.sha256(LEAF)
+    leaves = []
+    for i in range(0, max(len(body), 1), CHUNK_SIZE):
+        h = base.copy()
+        h.update(body[i:i + CHUNK_SIZE])
+        leaves.append(h.digest())
+    return leaves
+
+
+def commitment_of(t: TensorType, chunk_root: bytes) -> bytes:
+    return hashlib.sha256(TENSOR_TAG + type_bytes(t) + chunk_root).digest()
+
+
+def tensor_commitment(value: np.ndarray, t: TensorType) -> bytes:
+    """SHA-256("cvmvm/tensor/v2" || 0x00 || type || chunk root) (FORMAT.md section 2)."""
+    return commitment_of(t, tree_root(chunk_leaves(tensor_body(value, t))))
+
+
+# -- program, model, run ----------------------------------------------------------------------------
+
+def program_root(counts: Sequence[int], tree: bytes) -> bytes:
+    """SHA-256("cvmvm/program/v2" || 0x00 || u32le I, P, N, H, T || record tree root)."""
+    return hashlib.sha256(PROGRAM_TAG + struct.pack("<5I", *counts) + tree).digest()
+
+
+def model_hash(program_root_: bytes, canonical: bytes) -> bytes:
+    return hashlib.sha256(MODEL_TAG + program_root_ + hashlib.sha256(canonical).digest()).digest()
+
+
+# -- runs --------------------------------------------------------------------------------------------
+
+def trace_leaf(commitment: bytes) -> bytes:
+    return hashlib.sha256(LEAF + commitment).digest()
+
+
+def input_commitment(commitments: Sequence[bytes]) -> bytes:
+    return hashlib.sha256(INPUTS_TAG + struct.pack("<I", len(commitments)) + b"".join(commitments)).digest()
+
+
+def trace_root(program_root_: bytes, inputs: bytes, count: int, tree: bytes) -> bytes:
+    return hashlib.sha256(TRACE_TAG + program_root_ + inputs + struct.pack("<I", count) + tree).digest()
+
+
+def outputs_hash(commitments: Sequence[bytes]) -> bytes:
+    return hashlib.sha256(OUTPUTS_TAG + struct.pack("<I", len(commitments)) + b"".join(commitments)).digest()
 
 
 @dataclass(frozen=True)
 class TraceEntry:
+    """Trace leaf ``tensor``: where the tensor comes from, and its commitment."""
+
     kind: int      # INPUT, PARAM or INSTR
     index: int     # input index, param index, or instruction index
     output: int    # output index within the instruction (0 for variables)
-    tensor: int    # tensor id
+    tensor: int
     precision: int | None
-    node: bytes    # node digest of the variable or instruction that produced it
-    digest: bytes  # tensor hash
+    commitment: bytes
 
     @property
     def leaf(self) -> bytes:
-        return leaf_hash(self.tensor, self.kind, self.index, self.output, self.precision, self.node, self.digest)
+        return trace_leaf(self.commitment)

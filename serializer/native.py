@@ -83,17 +83,6 @@ def to_wire(model: Model, data: bool = True) -> dict[str, Any]:
     return wire
 
 
-def variable_descriptor(t: TensorType) -> bytes:
-    """What a trace leaf of an input or param commits to about its producer (FORMAT.md section 3)."""
-    return msgpack.packb({"dtype": t.dtype, "shape": list(t.shape), "precision": t.precision}, use_bin_type=True)
-
-
-def instr_descriptor(op: str, inputs: tuple[int, ...], outputs: tuple[int, ...], attrs: Any) -> bytes:
-    """What a trace leaf of an instruction output commits to: op code, tensor ids and every attribute."""
-    return msgpack.packb({"op": OPCODE[op], "in": list(inputs), "out": list(outputs), "attrs": attrs_to_wire(attrs)},
-                         use_bin_type=True)
-
-
 def _bin_header(n: int) -> int:
     return 2 if n <= 0xff else 3 if n <= 0xffff else 5
 

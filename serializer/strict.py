@@ -88,6 +88,12 @@ class Reader:
             raise self.fail(f"{where}: {len(value)} bytes, expected {size}")
         return value
 
+    def version(self, top: Any, name: builtins.str, expected: builtins.int, what: builtins.str) -> None:
+        """A record of its format but another version is refused by name, before its keys are
+        read (they may differ between versions)."""
+        if type(top) is dict and top.get("format") == name and "version" in top and top["version"] != expected:
+            raise self.fail(f"{what} of version {top['version']!r}; this cvmvm reads version {expected}")
+
     def const(self, value: Any, expected: builtins.str | builtins.int, where: builtins.str) -> None:
         """A fixed format name or version (type checked too: 1 is not True)."""
         if type(value) is not type(expected) or value != expected:

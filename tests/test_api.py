@@ -15,7 +15,7 @@ from isa.errors import CvmError
 from isa.table import ISA_VERSION
 from isa.types import INT32, TensorType
 from serializer import native
-from serializer.hashing import tensor_hash
+from serializer.hashing import tensor_commitment
 from serializer.cortex.layout import CANONICAL_VERSION
 from serializer.model import Input
 from serializer.records import receipt as receipt_codec, stepproof, trace as trace_codec, transactions
@@ -158,12 +158,14 @@ def test_keep_gives_every_tensor_and_the_trace_names_them(digits):
         ty = program.types[t]
         assert value.shape == ty.shape and entry.tensor == t
         assert (entry.dtype, entry.shape, entry.precision) == (ty.dtype, ty.shape, ty.precision)
-        assert entry.hash_hex == entry.digest.hex()
-    assert all(tensor_hash(v) == e.digest for v, e in zip(result.tensors, result.trace.entries))
+        assert entry.commitment_hex == entry.commitment.hex()
+    assert all(tensor_commitment(v, program.types[e.tensor]) == e.commitment
+               for v, e in zip(result.tensors, result.trace.entries))
     assert [e.op for e in result.trace.entries[:9]] == [None] * 9
     assert [e.op for e in result.trace.entries[9:]] == [s.op.name for s in program.steps]
     assert result.trace.entries[0].name == "data" and result.trace.entries[1].name == "conv1_weight"
-    assert "conv2d" in repr(result.trace.entries[9]) and result.trace.entries[9].hash_hex in repr(result.trace.entries[9])
+    assert "conv2d" in repr(result.trace.entries[9])
+    assert result.trace.entries[9].commitment_hex in repr(result.trace.entries[9])
     assert result.tensors[program.model.outputs[0]] is result.outputs[0]
     assert digits.run({"data": IMAGES[3]}).tensors is None
 
@@ -173,8 +175,8 @@ def test_keep_gives_every_tensor_and_the_trace_names_them(digits):
 def same(a: cvmvm.Result, b: cvmvm.Result) -> bool:
     return (len(a.outputs) == len(b.outputs) and all(np.array_equal(x, y) and x.dtype == y.dtype
                                                      for x, y in zip(a.outputs, b.outputs))
-            and (a.ops, a.output_hashes, a.output_hash, a.peak_bytes, a.trace, a.clipping)
-            == (b.ops, b.output_hashes, b.output_hash, b.peak_bytes, b.trace, b.clipping))
+            and (a.ops, a.output_commitments, a.output_hash, a.peak_bytes, a.trace, a.clipping)
+            == (b.ops, b.output_commitments, b.output_hash, b.peak_bytes, b.trace, b.clipping))
 
 
 @pytest.mark.parametrize("trace", [False, True])

@@ -73,11 +73,28 @@ def test_convert_round_trip_keeps_the_model_hash(capsys, digits, tmp_path):
     assert d == e
 
 
-def test_hash_of_a_tensor(capsys, digits):
-    from serializer.hashing import tensor_hash
+def test_hash_of_a_tensor(capsys, digits, tmp_path):
+    from isa.types import TensorType
+    from serializer.hashing import tensor_commitment
+    x = np.load(digits["x"])
     code, info = run_json(capsys, ["hash", str(digits["x"])])
-    assert code == 0
-    assert info["tensor_hash"] == tensor_hash(np.load(digits["x"])).hex()
+    smallest = int(np.abs(x).max()).bit_length() + 1
+    assert code == 0 and info["precision"] == smallest
+    assert info["commitment"] == tensor_commitment(x, TensorType(x.shape, smallest)).hex()
+    code, info = run_json(capsys, ["hash", str(digits["x"]), "--precision", "20"])
+    assert code == 0 and info["commitment"] == tensor_commitment(x, TensorType(x.shape, 20)).hex()
+    code, info = run_json(capsys, ["hash", str(digits["x"]), "--precision", "2"])
+    assert code == 5 and info["error"] == "input.value"
+    np.save(tmp_path / "f.npy", np.array([1.5, -0.0], dtype=np.float32))
+    code, info = run_json(capsys, ["hash", str(tmp_path / "f.npy")])
+    assert code == 0 and info["dtype"] == "float32" and info["precision"] is None
+
+
+def test_hash_of_a_model_shows_its_program_root(capsys, digits):
+    code, info = run_json(capsys, ["hash", str(digits["graph"]), "--params", str(digits["params"])])
+    assert code == 0 and len(info["model_hash"]) == 64 and len(info["program_root"]) == 64
+    code, verified = run_json(capsys, ["verify", str(digits["graph"]), "--params", str(digits["params"])])
+    assert verified["program_root"] == info["program_root"] and verified["model_hash"] == info["model_hash"]
 
 
 def test_disasm_lists_every_instruction(capsys, digits):

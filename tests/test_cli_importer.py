@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import cvmvm
 
 from cvmvm.cli.common import EXIT_CODES, EXIT_USAGE
 from cvmvm.cli.main import main
@@ -37,7 +38,7 @@ def test_import_writes_the_golden_model_and_reports(capsys, tmp_path):
     assert info["model_hash"] == GOLDEN["digits_cnn"]["model_hash"]
     assert info["quantized_accuracy"] == GOLDEN["digits_cnn"]["quantized_accuracy"]
     assert {"layers", "outputs", "op_counts", "top1_agreement", "dropped_tail", "import_seconds"} <= set(info)
-    assert hashlib.sha256(out.read_bytes()).hexdigest() == info["model_hash"]
+    assert cvmvm.load(out.read_bytes()).model_hash.hex() == info["model_hash"]   # FORMAT.md 1.3
     code = main(["verify", str(out), "--json"])
     verified = json.loads(capsys.readouterr().out)
     assert code == 0 and verified["model_hash"] == info["model_hash"]

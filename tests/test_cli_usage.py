@@ -51,8 +51,12 @@ MISTAKES = [
     (["check-step", "{d}/step3.proof", "--root", "xyz"], "usage.argument"),
     (["check-step", "{d}/step3.proof", "--root", ROOT[:-2]], "usage.argument"),
     (["check-step", "{d}/step3.proof"], "usage.argument"),
-    (["check-step", "{d}/step3.proof", "--root", ROOT, "--model", "{d}/digits.cvm", "--store", "{d}/models"],
+    (["check-step", "{d}/step3.proof", "--root", ROOT, "--model", "{d}/digits.cvm", "--program-root", ROOT],
      "usage.conflict"),
+    (["check-step", "{d}/step3.proof", "--root", ROOT], "usage.conflict"),
+    (["prove-step", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--step", "1", "--calldata", "c"],
+     "usage.conflict"),
+    (["prove-step", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--out", "p"], "usage.conflict"),
     (["check-step", "{d}/step3.proof", "--root", ROOT, "--params", "{d}/digits.params"], "usage.conflict"),
     (["prove-step", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--step", "-1", "--out", "p"],
      "usage.argument"),
@@ -154,16 +158,15 @@ def test_checks_are_explained_in_words(capsys, demo_files):
                                      str(demo_files / "digits.cvm"), "--input", f"data={demo_files / 'image1.npy'}"])
     assert code == 1
     details = {f["field"]: f["detail"] for f in info["fields"]}
-    assert details["inputs"].startswith("input data hashes to ") and "the receipt claims" in details["inputs"]
+    assert details["inputs"].startswith("input data commits to ") and "the receipt claims" in details["inputs"]
     assert details["output_hash"].startswith("the receipt claims ")
     assert main(["check-receipt", str(demo_files / "run0.receipt"), "--model", str(demo_files / "digits.cvm"),
                  "--input", f"data={demo_files / 'image1.npy'}"]) == 1
     text = capsys.readouterr().out
     assert "{'" not in text and "[{" not in text
-    code, info = cvmvm_json(capsys, ["check-step", str(demo_files / "step3.proof"), "--root", "00" * 32])
-    assert code == 1
-    failed = [c for c in info["checks"] if not c["ok"]]
-    assert failed and all("does not lead to root" in c["detail"] for c in failed)
+    code, info = cvmvm_json(capsys, ["check-step", str(demo_files / "step3.proof"), "--root", "00" * 32,
+                                     "--model", str(demo_files / "digits.cvm")])
+    assert code == 5 and info["error"] == "input.not_included" and "trace root" in info["message"]
 
 
 def test_a_step_out_of_range_states_the_range(capsys, demo_files, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 import cvmvm
 from isa.errors import CvmError
-from serializer.hashing import tensor_hash
+from serializer.hashing import tensor_commitment
 from serializer.records import trace as trace_codec
 from cvmvm.cli.main import main
 from tests.conftest import cvmvm_json
@@ -28,7 +28,7 @@ def test_dump_tensors_writes_every_tensor_named_by_id_and_producer(capsys, demo_
     for name, value, entry in zip(names, kept.tensors, kept.trace.entries):
         got = np.load(tmp_path / "t" / name, allow_pickle=False)
         assert np.array_equal(got, value) and got.dtype == value.dtype
-        assert tensor_hash(got).hex() == entry.hash_hex
+        assert tensor_commitment(got, model.program.types[entry.tensor]).hex() == entry.commitment_hex
         assert re.fullmatch(r"\d{4}-[a-z0-9_]+-[A-Za-z0-9_.]+\.npy", name)
 
 

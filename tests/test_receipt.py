@@ -28,7 +28,7 @@ from isa.attrs import parse_attrs
 from isa.errors import CvmError
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
-from serializer.hashing import tensor_hash
+from serializer.hashing import tensor_commitment
 from serializer.model import Input, Instr, Model as ModelIR, Param
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,7 +109,8 @@ def test_receipt_commits_to_the_run():
     assert r.trace_root == result.trace.root
     assert r.ops == model.ops
     # The input as the program read it: 200 clipped to precision 8 (127).
-    assert r.inputs == (("x", tensor_hash(np.array([[5, -100, 127, 7]], dtype=np.int32))),)
+    assert r.program_root == model.program_root
+    assert r.inputs == (("x", tensor_commitment(np.array([[5, -100, 127, 7]], dtype=np.int32), TensorType((1, 4), 8))),)
     assert r.signer is None
 
 
@@ -124,10 +125,11 @@ def test_encode_decode_round_trip_signed_and_unsigned():
 def test_wire_layout_is_the_documented_one():
     _, r, _ = mlp_receipt()
     wire = msgpack.unpackb(receipt_codec.encode(receipt.sign(r, KEY)))
-    assert list(wire) == ["format", "version", "model_hash", "inputs", "output_hash", "trace_root", "ops", "signer"]
-    assert wire["format"] == "cvmvm-receipt" and wire["version"] == 1
-    assert list(wire["inputs"][0]) == ["name", "hash"] and list(wire["signer"]) == ["public_key", "signature"]
-    assert receipt_codec.encode(r)[:1] == b"\x88"  # a map of 8 keys, "signer" nil
+    assert list(wire) == ["format", "version", "model_hash", "program_root", "inputs", "output_hash", "trace_root",
+                          "ops", "signer"]
+    assert wire["format"] == "cvmvm-receipt" and wire["version"] == 2
+    assert list(wire["inputs"][0]) == ["name", "commitment"] and list(wire["signer"]) == ["public_key", "signature"]
+    assert receipt_codec.encode(r)[:1] == b"\x89"  # a map of 9 keys, "signer" nil
 
 
 # -- signatures -------------------------------------------------------------------------------
@@ -136,7 +138,7 @@ def test_signature_is_over_the_tagged_unsigned_bytes():
     _, r, _ = mlp_receipt()
     signed = receipt.sign(r, KEY)
     assert receipt.signature_valid(signed)
-    message = b"cvmvm/receipt/v1\x00" + receipt_codec.encode(r)
+    message = b"cvmvm/receipt/v2\x00" + receipt_codec.encode(r)
     assert signed.signing_message() == message
     KEY.public_key().verify(signed.signer.signature, message)
     assert signed.signer.public_key == KEY.public_key().public_bytes_raw()
@@ -149,7 +151,7 @@ def test_signature_without_the_domain_tag_is_rejected():
     assert not receipt.signature_valid(forged)
 
 
-@pytest.mark.parametrize("field", ["model_hash", "output_hash", "trace_root"])
+@pytest.mark.parametrize("field", ["model_hash", "program_root", "output_hash", "trace_root"])
 def test_changing_a_signed_field_breaks_the_signature(field):
     _, r, _ = mlp_receipt()
     signed = receipt.sign(r, KEY)
@@ -186,8 +188,9 @@ def test_every_field_is_compared():
     assert receipt.mismatches(dataclasses.replace(r, model_hash=b"\x00" * 32), r) == ("model_hash",)
     assert receipt.mismatches(dataclasses.replace(r, inputs=(("y", r.inputs[0][1]),)), r) == ("inputs",)
     checks = receipt.check(r, other)
-    assert [c.field for c in checks] == ["model_hash", "inputs", "output_hash", "trace_root", "ops"]
-    assert checks[2].claimed == r.output_hash.hex() and checks[2].actual == other.output_hash.hex()
+    assert receipt.mismatches(dataclasses.replace(r, program_root=b"\x00" * 32), r) == ("program_root",)
+    assert [c.field for c in checks] == ["model_hash", "program_root", "inputs", "output_hash", "trace_root", "ops"]
+    assert checks[3].claimed == r.output_hash.hex() and checks[3].actual == other.output_hash.hex()
 
 
 # -- keys ---------------------------------------------------------------------------------------
@@ -270,13 +273,14 @@ def test_noncanonical_receipt_is_rejected():
     lambda w: {**w, "extra": 1},                                         # unknown key
     lambda w: {k: v for k, v in w.items() if k != "ops"},                # missing key
     lambda w: {**w, "format": "cvmvm-receipt2"},
-    lambda w: {**w, "version": 2},
     lambda w: {**w, "version": True},
     lambda w: {**w, "model_hash": w["model_hash"][:31]},
     lambda w: {**w, "output_hash": w["output_hash"].hex()},
     lambda w: {**w, "ops": -1},
     lambda w: {**w, "ops": (1 << 40) + 1},
-    lambda w: {**w, "inputs": [{"hash": b"\x00" * 32, "name": "x"}]},
+    lambda w: {**w, "inputs": [{"commitment": b"\x00" * 32, "name": "x"}]},
+    lambda w: {**w, "inputs": [{"name": "x", "hash": b"\x00" * 32}]},          # format 1's key
+    lambda w: {**w, "program_root": w["program_root"][:31]},
     lambda w: {**w, "inputs": {"x": b"\x00" * 32}},
     lambda w: {**w, "signer": {"public_key": w["signer"]["public_key"]}},
     lambda w: {**w, "signer": {**w["signer"], "signature": w["signer"]["signature"][:63]}},
@@ -286,12 +290,23 @@ def test_malformed_receipts_are_rejected(mutate):
     assert _code(msgpack.packb(mutate(_signed_wire()), use_bin_type=True)) == "malformed.receipt"
 
 
+def test_format_1_receipts_are_refused_by_their_version():
+    """A version-1 receipt (its keys differ) is refused with a message naming its version."""
+    wire = {"format": "cvmvm-receipt", "version": 1, "model_hash": b"\x00" * 32,
+            "inputs": [{"name": "x", "hash": b"\x00" * 32}], "output_hash": b"\x00" * 32,
+            "trace_root": b"\x00" * 32, "ops": 1, "signer": None}
+    with pytest.raises(CvmError) as e:
+        receipt_codec.decode(msgpack.packb(wire, use_bin_type=True))
+    assert e.value.code == "malformed.receipt" and "version 1" in e.value.message
+    assert _code(msgpack.packb({**_signed_wire(), "version": 3}, use_bin_type=True)) == "malformed.receipt"
+
+
 def test_truncated_trailing_and_duplicate_keys_are_rejected():
     data = receipt_codec.encode(receipt_codec.from_wire(_signed_wire()))
     assert _code(data[:-1]) == "malformed.receipt"
     assert _code(data + b"\x00") == "malformed.receipt"
     assert _code(b"\x81\xa1a\x01" + data) == "malformed.receipt"
-    duplicate = b"\x89" + data[1:] + b"\xa3ops\x00"
+    duplicate = b"\x8a" + data[1:] + b"\xa3ops\x00"
     assert _code(duplicate) == "malformed.receipt"
     assert _code(b"\xcb" + b"\x00" * 8) == "malformed.receipt"  # a float
 
@@ -332,8 +347,8 @@ def test_run_writes_a_signed_receipt_that_checks(capsys, files):
     code, info = cli_json(capsys, ["check-receipt", str(files / "r"), "--model", str(files / "m.cvm"),
                                    "--input", f"x={files / 'x.npy'}"])
     assert code == 0 and info["match"]
-    assert [f["field"] for f in info["fields"]] == ["model_hash", "inputs", "output_hash", "trace_root", "ops",
-                                                     "signature"]
+    assert [f["field"] for f in info["fields"]] == ["model_hash", "program_root", "inputs", "output_hash",
+                                                     "trace_root", "ops", "signature"]
 
 
 def test_check_receipt_reports_each_mismatch(capsys, files):

@@ -530,8 +530,8 @@ def test_every_command_that_runs_a_model_takes_the_limits(capsys, chain, flag, c
     d, model = chain
     data = f"data={d / 'x.npy'}"
     assert cli_json(capsys, ["run", str(d / "m.cvm"), "--input", data, "--receipt", str(d / "r")])[0] == 0
-    root = cli_json(capsys, ["prove-step", str(d / "m.cvm"), "--input", data, "--step", "1",
-                             "--out", str(d / "p")])[1]["trace_root"]
+    proved = cli_json(capsys, ["prove-step", str(d / "m.cvm"), "--input", data, "--step", "1", "--out", str(d / "p")])[1]
+    root, program_root = proved["trace_root"], proved["program_root"]
     Store(d / "store").add(model)
     tx = transactions.Transaction(model.model_hash, (("data", np.load(d / "x.npy")),),
                                   receipt_codec.decode((d / "r").read_bytes()))
@@ -547,7 +547,7 @@ def test_every_command_that_runs_a_model_takes_the_limits(capsys, chain, flag, c
     assert got == 1 and info["results"][0]["error"] == code
     assert cli_json(capsys, ["replay", str(d / "txs"), "--store", str(d / "store"), flag, ample])[0] == 0
     # check-step re-executes one relu of 2^16 elements: over a tiny limit that is an error, not an invalid proof.
-    got, info = cli_json(capsys, ["check-step", str(d / "p"), "--root", root, flag, tiny])
+    got, info = cli_json(capsys, ["check-step", str(d / "p"), "--root", root, "--program-root", program_root, flag, tiny])
     assert (got, info["error"]) == (6, code)
     assert cli_json(capsys, ["check-step", str(d / "p"), "--root", root, "--model", str(d / "m.cvm"),
                              flag, ample])[0] == 0

@@ -64,7 +64,7 @@ def test_show_details(capsys, demo_files):
     _, txs = cvmvm_json(capsys, ["show", str(demo_files / "one.txs")])
     assert len(txs["transactions"]) == 1 and txs["transactions"][0]["receipt"]["output_hash"] == r.output_hash.hex()
     _, npy = cvmvm_json(capsys, ["show", str(demo_files / "image0.npy")])
-    assert npy["shape"] == [1, 1, 8, 8] and npy["tensor_hash"] == r.inputs[0][1].hex()
+    assert npy["shape"] == [1, 1, 8, 8] and npy["commitment"] == r.inputs[0][1].hex()
 
 
 def test_show_refuses_what_it_cannot_show(capsys, demo_files, tmp_path):

@@ -1,4 +1,6 @@
-"""Step proofs: prove any instruction, check it alone, and refuse every altered byte or tensor."""
+"""Step proofs (docs/FORMAT.md section 9): whole-instruction and element proofs of any step,
+checked against the trace root and program root alone, with the three verdicts -- correct,
+wrong (fraud), or an error with its code -- and every altered byte refused."""
 
 from __future__ import annotations
 
@@ -8,146 +10,214 @@ import msgpack
 import numpy as np
 import pytest
 
-from serializer.records import stepproof as proof_codec
-from cvmvm.tx import stepproof
-from cvmvm.cli.common import EXIT_CODES
-from cvmvm.tx.store import Store
-from cvmvm.vm.trace import Tracer, trace_layout
-from cvmvm.vm.execute import execute
-from isa.attrs import attr_fields
 from isa.errors import CvmError
-from isa.types import TensorType
-from serializer.hashing import INSTR, leaf_hash, merkle_proof, tensor_hash
+from serializer.hashing import tensor_commitment
+from serializer.records import stepproof as proof_codec
+from serializer.records.stepproof import Chunk
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.vm.execute import execute
+from cvmvm.vm.trace import make_trace
+from cvmvm.vm.verify import Limits
+from cvmvm.tx import stepproof
 from tests.test_receipt import REPO, cli_json, digits_model, mlp_model, pair_model
 
 X = {"x": np.array([[5, -100, 120, 7]], dtype=np.int32)}
 
 
-def proof_of(model, inputs, step):
-    proof, root = stepproof.prove_step(model, inputs, step)
-    return proof, root
+def roots(model, trace) -> tuple[bytes, bytes]:
+    return trace.root, model.program_root
 
 
-def valid(checks) -> bool:
-    return all(c.ok for c in checks)
+def checked(model, inputs, step, element=None) -> stepproof.Verdict:
+    proof, trace = stepproof.prove_step(model, inputs, step, element)
+    decoded = proof_codec.decode(proof_codec.encode(proof))
+    assert proof_codec.encode(decoded) == proof_codec.encode(proof)
+    return stepproof.check_step(decoded, *roots(model, trace))
 
 
-def failed(checks) -> list[str]:
-    return [c.name for c in checks if not c.ok]
+def code_of(fn, *args) -> str:
+    with pytest.raises(CvmError) as e:
+        fn(*args)
+    return e.value.code
 
 
 @pytest.mark.parametrize("step", range(4))
-def test_every_step_of_a_small_model_proves(step):
+def test_every_step_of_a_small_model_proves_whole_and_by_element(step):
     model = mlp_model()
-    proof, root = proof_of(model, X, step)
-    assert root == model.run(X, trace=True).trace.root
-    back = proof_codec.decode(proof_codec.encode(proof))
-    assert proof_codec.encode(back) == proof_codec.encode(proof)
-    checks = stepproof.check_step(back, root, model)
-    assert valid(checks), failed(checks)
+    assert checked(model, X, step).correct
+    size = model.program.steps[step].out_types[0].size
+    for element in range(size):
+        verdict = checked(model, X, step, element)
+        assert verdict.correct and verdict.element == element
 
 
 def test_multi_input_multi_output_and_digits_steps():
     model = pair_model()
     inputs = {"a": np.array([[1, 2, 3], [4, 5, 6]], np.int32), "b": np.array([[7, 8, 9], [1, 1, 1]], np.int32)}
     for step in range(2):
-        proof, root = proof_of(model, inputs, step)
-        assert valid(stepproof.check_step(proof_codec.decode(proof_codec.encode(proof)), root, model))
+        assert checked(model, inputs, step).correct and checked(model, inputs, step, 1).correct
     digits = digits_model()
     image = np.load(REPO / "fixtures" / "models" / "digits" / "test_inputs.npy")[3]
-    for step in (0, 2, 4, 8, 12):
-        proof, root = proof_of(digits, {"data": image}, step)
-        assert valid(stepproof.check_step(proof_codec.decode(proof_codec.encode(proof)), root, digits))
-        assert valid(stepproof.check_step(proof_codec.decode(proof_codec.encode(proof)), root))
+    for step in range(len(digits.program.steps)):
+        assert checked(digits, {"data": image}, step).correct
+        assert checked(digits, {"data": image}, step, 3).correct
 
 
 def test_wire_layout():
-    proof, _ = proof_of(mlp_model(), X, 3)
+    proof, _ = stepproof.prove_step(mlp_model(), X, 3, 1)
     wire = msgpack.unpackb(proof_codec.encode(proof))
-    assert list(wire) == ["format", "version", "model_hash", "leaves", "step", "op", "attrs", "inputs", "outputs"]
-    assert list(wire["inputs"][0]) == ["tensor", "kind", "index", "output", "node", "dtype", "shape", "precision",
-                                       "data", "path"]
-    assert list(wire["outputs"][0]) == ["tensor", "dtype", "shape", "precision", "hash", "path"]
-    assert list(wire["attrs"]) == [f.name for f in attr_fields(type(proof.attrs))]
-    assert (wire["attrs"]["precision"], wire["attrs"]["shift_bit"], wire["leaves"], wire["step"]) == (8, 4, 8, 3)
+    assert list(wire) == ["format", "version", "program", "inputs", "step", "instruction", "path", "element",
+                          "operands", "results"]
+    assert (wire["version"], wire["program"], wire["step"], wire["element"]) == (2, [1, 3, 4, 1, 8], 3, 1)
+    assert list(wire["operands"][0]) == ["data", "chunks", "path"]
+    assert list(wire["operands"][0]["chunks"][0]) == ["index", "data", "path"]
+    assert list(wire["results"][0]) == ["commitment", "chunk", "path"]
+    whole, _ = stepproof.prove_step(mlp_model(), X, 3)
+    wire = msgpack.unpackb(proof_codec.encode(whole))
+    assert wire["element"] is None and wire["operands"][0]["chunks"] == [] and wire["results"][0]["chunk"] is None
 
 
-@pytest.mark.parametrize("step", [1, 3])
-@pytest.mark.parametrize("mask", [0x01, 0x80])
-def test_every_altered_byte_is_refused(step, mask):
+def committed_run(model, inputs):
+    """Every tensor of a run, by tensor id."""
+    env: dict[int, np.ndarray] = {}
+    execute(model.program, inputs, env.__setitem__)
+    return [env[t] for t in range(len(model.program.types))]
+
+
+def wrong_run(model, inputs, step, index):
+    """The run with element ``index`` of step ``step``'s output off by one, committed consistently."""
+    values = committed_run(model, inputs)
+    t = model.program.steps[step].outputs[0]
+    values[t] = values[t].copy()
+    values[t].reshape(-1)[index] += 1
+    commitments = [tensor_commitment(v, model.program.types[u]) for u, v in enumerate(values)]
+    return values, make_trace(model.program, commitments)
+
+
+@pytest.mark.parametrize("step", range(4))
+def test_a_wrong_result_is_proven_wrong_whole_and_at_its_element(step):
     model = mlp_model()
-    proof, root = proof_of(model, X, step)
-    data = proof_codec.encode(proof)
+    values, trace = wrong_run(model, X, step, 0)
+    kept = dict(enumerate(values))
+    whole = stepproof.make_proof(model.program, trace, kept, step)
+    verdict = stepproof.check_step(whole, *roots(model, trace))
+    assert not verdict.correct and verdict.element is None
+    wrong = stepproof.check_step(stepproof.make_proof(model.program, trace, kept, step, 0), *roots(model, trace))
+    assert not wrong.correct and wrong.element == 0
+    if model.program.steps[step].out_types[0].size > 1:
+        right = stepproof.check_step(stepproof.make_proof(model.program, trace, kept, step, 1), *roots(model, trace))
+        assert right.correct
+
+
+@pytest.mark.parametrize("element", [None, 2])
+@pytest.mark.parametrize("mask", [0x01, 0x80])
+def test_every_altered_byte_is_refused(element, mask):
+    """A fraud proof with any byte altered: an error, or no longer proving fraud."""
+    model = mlp_model()
+    values, trace = wrong_run(model, X, 1, 2)
+    data = proof_codec.encode(stepproof.make_proof(model.program, trace, dict(enumerate(values)), 1, element))
+    assert not stepproof.check_step(proof_codec.decode(data), *roots(model, trace)).correct
     for i in range(len(data)):
         tampered = bytearray(data)
         tampered[i] ^= mask
         try:
-            altered = proof_codec.decode(bytes(tampered))
+            verdict = stepproof.check_step(proof_codec.decode(bytes(tampered)), *roots(model, trace))
         except CvmError as e:
-            assert e.family in ("malformed", "invalid", "limit"), (i, e.code)
+            assert e.family in ("malformed", "input", "limit"), (i, e.code)
             continue
-        assert not valid(stepproof.check_step(altered, root, model)), f"byte {i} altered, proof still valid"
-        assert not valid(stepproof.check_step(altered, root)), f"byte {i} altered, valid against the root alone"
+        assert verdict.correct, f"byte {i} altered, still a proof of fraud"
 
 
-def test_an_altered_input_tensor_is_refused():
+def test_nothing_is_computed_before_the_proof_is_authenticated(monkeypatch):
+    """Every size, path and root is checked first: a proof that is not included never reaches
+    verify_instruction or execution, whatever its operands say."""
     model = mlp_model()
-    proof, root = proof_of(model, X, 1)
-    first = proof.inputs[0]
-    value = first.value.copy()
-    value[0, 0] += 1
-    altered = dataclasses.replace(proof, inputs=(dataclasses.replace(first, value=value), *proof.inputs[1:]))
-    # Authenticated first: an input that is not in the trace is never run.
-    checks = stepproof.check_step(proof_codec.decode(proof_codec.encode(altered)), root, model)
-    assert failed(checks) == ["input 0 in trace"]
-    assert not any(c.name.startswith("output") and "value" in c.name or c.name == "instruction" for c in checks)
+    proof, trace = stepproof.prove_step(model, X, 1)
+    trace_root, program_root = roots(model, trace)
+
+    def never(*args, **kwargs):
+        raise AssertionError("re-executed before authentication")
+
+    first = proof.operands[0]
+    altered = dataclasses.replace(proof, operands=(dataclasses.replace(first, data=bytes([first.data[0] ^ 1])
+                                                                        + first.data[1:]), *proof.operands[1:]))
+    monkeypatch.setattr(stepproof, "verify_instruction", never)
+    monkeypatch.setattr(stepproof, "execute", never)
+    assert code_of(stepproof.check_step, altered, trace_root, program_root) == "input.not_included"
+    assert code_of(stepproof.check_step, proof, b"\x01" * 32, program_root) == "input.not_included"
+    assert code_of(stepproof.check_step, proof, trace_root, b"\x01" * 32) == "input.not_included"
 
 
-def test_a_wrong_root_or_model_is_refused():
+def test_re_execution_is_held_to_the_run_limits():
+    """An authentic whole-instruction proof re-executes within the limits given: over them is
+    limit.*, raised as it is (not a verdict, not a malformed proof); the record's own static
+    check is the ISA's rules only."""
     model = mlp_model()
-    proof, root = proof_of(model, X, 2)
-    assert "output 0 in trace" in failed(stepproof.check_step(proof, b"\x00" * 32, model))
-    assert failed(stepproof.check_step(proof, root, pair_model())) == ["model instruction"]
+    proof, trace = stepproof.prove_step(model, X, 1)
+    assert code_of(stepproof.check_step, proof, *roots(model, trace), Limits(memory=1000)) == "limit.memory"
+    assert code_of(stepproof.check_step, proof, *roots(model, trace), Limits(work=1000)) == "limit.work"
+    assert stepproof.check_step(proof, *roots(model, trace), Limits(memory=None, work=None)).correct
 
 
-def test_a_wrong_result_in_the_trace_is_proven():
-    """A node that recorded a wrong output for step 2: the proof's inclusion holds, re-execution does not."""
+def test_error_codes():
     model = mlp_model()
-    program = model.program
-    tracer = Tracer(program, model.model_hash)
-    kept = {}
-    step = program.steps[2]
+    proof, trace = stepproof.prove_step(model, X, 1, 1)
+    trace_root, program_root = roots(model, trace)
+    check = stepproof.check_step
+    assert code_of(check, proof, b"\0" * 32, program_root) == "input.not_included"
+    assert code_of(check, proof, trace_root, b"\0" * 32) == "input.not_included"
+    assert code_of(check, dataclasses.replace(proof, step=2), trace_root, program_root) == "malformed.step_proof"
+    assert code_of(check, dataclasses.replace(proof, step=4), trace_root, program_root) == "malformed.step_proof"
+    assert code_of(check, dataclasses.replace(proof, element=3), trace_root, program_root) == "malformed.step_proof"
+    assert code_of(check, dataclasses.replace(proof, inputs=()), trace_root, program_root) == "malformed.step_proof"
+    assert code_of(check, dataclasses.replace(proof, record=proof.record[:-1]), trace_root,
+                   program_root) == "malformed.step_proof"
+    assert code_of(check, dataclasses.replace(proof, path=proof.path[:-1]), trace_root,
+                   program_root) == "input.not_included"
+    from serializer.records.program import decode_instr, instr_record
+    from isa.types import TensorType
+    r = decode_instr(proof.record, proof.counts[4], "step_proof")
+    (out, t), = r.outputs
+    lying = instr_record(r.index, r.op, r.inputs, [(out, TensorType(t.shape, t.precision - 1))], r.attrs)
+    assert code_of(check, dataclasses.replace(proof, record=lying), trace_root, program_root) == "malformed.step_proof"
+    first = proof.operands[0]
+    chunk = first.chunks[0]
+    short = dataclasses.replace(first, chunks=(Chunk(0, chunk.data[:-1], chunk.path),))
+    assert code_of(check, dataclasses.replace(proof, operands=(short, *proof.operands[1:])), trace_root,
+                   program_root) == "malformed.step_proof"
+    none = dataclasses.replace(first, chunks=())
+    assert code_of(check, dataclasses.replace(proof, operands=(none, *proof.operands[1:])), trace_root,
+                   program_root) == "malformed.step_proof"
+    flipped = dataclasses.replace(first, chunks=(Chunk(0, bytes([chunk.data[0] ^ 1]) + chunk.data[1:], chunk.path),))
+    assert code_of(check, dataclasses.replace(proof, operands=(flipped, *proof.operands[1:])), trace_root,
+                   program_root) == "input.not_included"
+    assert code_of(check, dataclasses.replace(proof, operands=proof.operands[:2]), trace_root,
+                   program_root) == "malformed.step_proof"
+    whole, _ = stepproof.prove_step(model, X, 1)
+    data = whole.operands[0]
+    assert code_of(check, dataclasses.replace(whole, operands=(dataclasses.replace(data, data=data.data + b"\0"),
+                                                               *whole.operands[1:])),
+                   trace_root, program_root) == "malformed.step_proof"
 
-    def observe(t, value):
-        tracer(t, value)
-        kept[t] = value
 
-    execute(program, X, observe)
-    out = step.outputs[0]
-    tracer.digests[out] = tensor_hash(kept[out] + 1)  # the node's wrong result
-    trace = tracer.trace()
-    leaves, root = trace.leaves, trace.root
-    proof, _ = proof_of(model, X, 2)
-    claims = (dataclasses.replace(proof.outputs[0], digest=tracer.digests[out], path=tuple(merkle_proof(leaves, out))),)
-    inputs = tuple(dataclasses.replace(o, path=tuple(merkle_proof(leaves, o.tensor))) for o in proof.inputs)
-    fraud = dataclasses.replace(proof, inputs=inputs, outputs=claims)
-    assert leaves[out] == leaf_hash(out, INSTR, 2, 0, program.types[out].precision, trace_layout(program).nodes[out],
-                                    tracer.digests[out])
-    assert failed(stepproof.check_step(fraud, root, model)) == ["output 0 value"]
+def test_ops_without_element_proofs():
+    model = pair_model()
+    inputs = {"a": np.array([[1, 2, 3], [4, 5, 6]], np.int32), "b": np.array([[7, 8, 9], [1, 1, 1]], np.int32)}
+    import cvmvm
+    model = cvmvm.load(model.canonical_bytes)
+    assert checked(model, inputs, 0).correct
+    from cvmvm.vm.api import single_op_model
+    one, feeds = single_op_model("transpose", [np.arange(6, dtype=np.int32).reshape(2, 3)], {"axes": (1, 0)}, [8])
+    assert code_of(stepproof.prove_step, one, feeds, 0, 0) == "input.not_covered"
+    assert checked(one, feeds, 0).correct   # a whole-instruction proof settles it off-chain
 
 
-def test_attribute_and_type_changes_are_refused():
-    model = mlp_model()
-    proof, root = proof_of(model, X, 3)
-    shifted = dataclasses.replace(proof, attrs=dataclasses.replace(proof.attrs, shift_bit=5))
-    assert "model instruction" in failed(stepproof.check_step(shifted, root, model))
-    assert "output 0 in trace" in failed(stepproof.check_step(shifted, root))  # the root binds the attributes
-    first = proof.inputs[0]
-    narrow = dataclasses.replace(first, type=TensorType(first.type.shape, 2))
-    checks = stepproof.check_step(dataclasses.replace(proof, inputs=(narrow,)), root, model)
-    # The leaf commits to the precision: refused by the root, before anything is re-executed.
-    assert "input 0 in trace" in failed(checks) and "model instruction" in failed(checks)
-    assert "instruction" not in [c.name for c in checks]
+def test_format_1_proofs_are_refused_by_their_version():
+    proof, _ = stepproof.prove_step(mlp_model(), X, 1)
+    wire = msgpack.unpackb(proof_codec.encode(proof))
+    with pytest.raises(CvmError) as e:
+        proof_codec.decode(msgpack.packb({**wire, "version": 1}, use_bin_type=True))
+    assert e.value.code == "malformed.step_proof" and "version 1" in e.value.message
 
 
 def _code(data: bytes) -> str:
@@ -157,18 +227,22 @@ def _code(data: bytes) -> str:
 
 
 def test_malformed_proofs_are_rejected():
-    proof, _ = proof_of(mlp_model(), X, 1)
+    proof, _ = stepproof.prove_step(mlp_model(), X, 1, 0)
     data = proof_codec.encode(proof)
     wire = msgpack.unpackb(data)
     assert _code(data + b"\x00") == "malformed.step_proof"
     assert _code(data[:-1]) == "malformed.step_proof"
     assert _code(data.replace(b"\xa6format", b"\xd9\x06format", 1)) == "malformed.noncanonical"
-    for bad in ({**wire, "version": 2}, {**wire, "op": 999}, {**wire, "leaves": 0},
-                {**wire, "outputs": []}, {**wire, "attrs": {}},
-                {**wire, "inputs": [{**wire["inputs"][0], "data": b"\x00"}]},
-                {**wire, "inputs": [{**wire["inputs"][0], "path": [b"\x00" * 31]}]},
-                {**wire, "inputs": [{**wire["inputs"][0], "tensor": wire["leaves"]}]},
-                {**wire, "outputs": [{**wire["outputs"][0], "hash": b""}]},
+    operand = wire["operands"][0]
+    for bad in ({**wire, "version": 3}, {**wire, "program": [1, 2, 3]}, {**wire, "program": [1, 2, 3, 4, -1]},
+                {**wire, "element": -1}, {**wire, "element": True}, {**wire, "results": []},
+                {**wire, "results": [{**wire["results"][0], "chunk": None}]},
+                {**wire, "results": [{**wire["results"][0], "commitment": b"\0" * 32}]},
+                {**wire, "operands": [{**operand, "data": b"\x00"}]},
+                {**wire, "operands": [{**operand, "path": [b"\x00" * 31]}]},
+                {**wire, "operands": [{**operand, "chunks": [{**operand["chunks"][0], "index": -1}]}]},
+                {**wire, "element": None},
+                {**wire, "inputs": [b"\0" * 33]},
                 {k: wire[k] for k in reversed(list(wire))}):
         assert _code(msgpack.packb(bad, use_bin_type=True)) == "malformed.step_proof"
 
@@ -192,43 +266,116 @@ def test_cli_prove_and_check(capsys, tmp_path):
     model = mlp_model()
     (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
     np.save(tmp_path / "x.npy", X["x"])
-    Store(tmp_path / "store").add(model)
-    code, info = cli_json(capsys, ["prove-step", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}",
-                                   "--step", "1", "--out", str(tmp_path / "proof")])
-    assert code == 0 and info["op"] == "dense"
-    root = info["trace_root"]
-    for where in (["--model", str(tmp_path / "m.cvm")], ["--store", str(tmp_path / "store")]):
-        code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", root, *where])
-        assert code == 0 and info["valid"]
+    base = ["prove-step", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}", "--step", "1"]
+    code, info = cli_json(capsys, [*base, "--out", str(tmp_path / "proof")])
+    assert code == 0 and info["op"] == "dense" and info["element"] is None
+    trace_root, program_root = info["trace_root"], info["program_root"]
+    assert program_root == model.program_root.hex()
+    for where in (["--model", str(tmp_path / "m.cvm")], ["--program-root", program_root]):
+        code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", trace_root, *where])
+        assert code == 0 and info["verdict"] == "correct"
+    code, info = cli_json(capsys, [*base, "--element", "2", "--out", str(tmp_path / "e"),
+                                   "--calldata", str(tmp_path / "c.hex"), "--commitment-id", "7"])
+    assert code == 0 and info["element"] == 2
+    calldata = bytes.fromhex((tmp_path / "c.hex").read_text().strip()[2:])
+    element = proof_codec.decode((tmp_path / "e").read_bytes())
+    assert calldata == proof_codec.challenge_calldata(7, proof_codec.calldata_proof(element))
+    code, info = cli_json(capsys, ["check-step", str(tmp_path / "e"), "--root", trace_root, "--program-root",
+                                   program_root])
+    assert code == 0 and info["verdict"] == "correct" and info["element"] == 2
     code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", "00" * 32,
-                                   "--model", str(tmp_path / "m.cvm")])
-    assert code == 1 and not info["valid"]
-    code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", root])
-    assert code == 0 and info["valid"]  # the root alone binds the instruction: a light client needs no model
-    code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", "xyz", "--model", "m"])
+                                   "--program-root", program_root])
+    assert code == EXIT_CODES["input"] and info["error"] == "input.not_included"
+    code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", trace_root])
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.conflict"
+    code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", "xyz", "--program-root", "ab"])
     assert code == EXIT_CODES["usage"] and info["error"] == "usage.argument"
-    code, info = cli_json(capsys, ["prove-step", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}",
-                                   "--step", "4", "--out", str(tmp_path / "p2")])
-    assert code == EXIT_CODES["input"] and info["error"] == "input.step"
+    for bad in (["--step", "4", "--out", str(tmp_path / "p2")], ["--step", "1", "--calldata", str(tmp_path / "c2")],
+                ["--step", "1", "--element", "9", "--out", str(tmp_path / "p3")], ["--step", "1"]):
+        code, info = cli_json(capsys, ["prove-step", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}",
+                                       *bad])
+        assert info["error"] in ("input.step", "usage.conflict", "input.element"), bad
+        assert code == EXIT_CODES[info["error"].split(".")[0]], bad
     (tmp_path / "proof").write_bytes((tmp_path / "proof").read_bytes()[:-1])
-    code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", root,
+    code, info = cli_json(capsys, ["check-step", str(tmp_path / "proof"), "--root", trace_root,
                                    "--model", str(tmp_path / "m.cvm")])
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.step_proof"
 
 
+def test_cli_fraud_verdict(capsys, tmp_path):
+    model = mlp_model()
+    values, trace = wrong_run(model, X, 2, 1)
+    proof = stepproof.make_proof(model.program, trace, dict(enumerate(values)), 2, 1)
+    (tmp_path / "fraud").write_bytes(proof_codec.encode(proof))
+    code, info = cli_json(capsys, ["check-step", str(tmp_path / "fraud"), "--root", trace.root.hex(),
+                                   "--program-root", model.program_root.hex()])
+    assert code == 1 and info["verdict"] == "wrong" and (info["step"], info["element"]) == (2, 1)
+
+
+def test_cli_contract(capsys, tmp_path):
+    code, info = cli_json(capsys, ["contract", str(tmp_path / "out")])
+    assert code == 0 and "CvmChallenge.bin" in info["files"]
+    assert (tmp_path / "out" / "CvmChallenge.sol").read_text().startswith("// SPDX-License-Identifier: MIT")
+
+
 def test_every_instruction_of_the_perf_model_proves():
+    """One run, every instruction proved at element 0 and three of them whole."""
     import sys
     sys.path.insert(0, str(REPO / "fixtures"))
     import generate
     model = generate.load_fixture_model("perf")
-    x = {"data": generate.load_fixture_inputs("perf")[0]}
-    roots = set()
+    values = committed_run(model, {"data": generate.load_fixture_inputs("perf")[0]})
+    trace = make_trace(model.program, [tensor_commitment(v, model.program.types[t]) for t, v in enumerate(values)])
+    assert trace.root == model.run({"data": generate.load_fixture_inputs("perf")[0]}, trace=True).trace.root
+    kept = dict(enumerate(values))
     for step in range(len(model.program.steps)):
-        proof, root = proof_of(model, x, step)
-        roots.add(root)
-        decoded = proof_codec.decode(proof_codec.encode(proof))
-        assert valid(stepproof.check_step(decoded, root)), step
-    assert len(roots) == 1
+        proof = proof_codec.decode(proof_codec.encode(stepproof.make_proof(model.program, trace, kept, step, 0)))
+        assert stepproof.check_step(proof, *roots(model, trace)).correct, step
+    for step in (0, 50, 102):
+        proof = stepproof.make_proof(model.program, trace, kept, step)
+        assert stepproof.check_step(proof, *roots(model, trace)).correct, step
+
+
+def disputed_files(tmp_path, model, inputs, step, index):
+    """A dishonest run's trace file and its claimed value of instruction ``step``'s output."""
+    from serializer.records.trace import trace_bytes
+    from cvmvm.vm.trace import trace_to_json
+    values, trace = wrong_run(model, inputs, step, index)
+    (tmp_path / "disputed.json").write_bytes(trace_bytes(trace_to_json(model.program, trace, model.model_hash)))
+    np.save(tmp_path / "claimed.npy", values[model.program.steps[step].outputs[0]])
+    return trace
+
+
+def test_cli_proves_a_disputed_trace_wrong(capsys, tmp_path):
+    """The challenger's flow: the disputed trace and its claimed tensor in, the first wrong
+    instruction and element found, a proof of fraud out."""
+    model = mlp_model()
+    (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
+    np.save(tmp_path / "x.npy", X["x"])
+    trace = disputed_files(tmp_path, model, X, 1, 2)
+    base = ["prove-step", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}",
+            "--against", str(tmp_path / "disputed.json"), "--claimed-output", str(tmp_path / "claimed.npy")]
+    code, info = cli_json(capsys, [*base, "--out", str(tmp_path / "fraud"), "--calldata", str(tmp_path / "c.hex"),
+                                   "--commitment-id", "0"])
+    assert code == 0 and (info["step"], info["element"], info["op"]) == (1, 2, "dense")
+    assert info["trace_root"] == trace.root.hex()
+    code, info = cli_json(capsys, ["check-step", str(tmp_path / "fraud"), "--root", trace.root.hex(),
+                                   "--model", str(tmp_path / "m.cvm")])
+    assert code == 1 and info["verdict"] == "wrong"
+    code, info = cli_json(capsys, [*base, "--step", "2", "--out", str(tmp_path / "p")])
+    assert code == EXIT_CODES["input"] and info["error"] == "input.step"
+    np.save(tmp_path / "claimed.npy", np.zeros((1, 3), np.int32))
+    code, info = cli_json(capsys, [*base, "--out", str(tmp_path / "p")])
+    assert code == EXIT_CODES["input"] and info["error"] == "input.claimed"
+    from serializer.records.trace import trace_bytes
+    from cvmvm.vm.trace import trace_to_json
+    honest = model.run(X, trace=True).trace
+    (tmp_path / "disputed.json").write_bytes(trace_bytes(trace_to_json(model.program, honest, model.model_hash)))
+    code, info = cli_json(capsys, [*base, "--out", str(tmp_path / "p")])
+    assert code == EXIT_CODES["input"] and info["error"] == "input.no_dispute"
+    code, info = cli_json(capsys, ["prove-step", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}",
+                                   "--against", str(tmp_path / "disputed.json"), "--out", str(tmp_path / "p")])
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.conflict"
 
 
 def test_one_instruction_checks_each_value_against_its_type():

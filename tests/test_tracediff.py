@@ -14,7 +14,7 @@ from cvmvm.tx import tracediff
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.vm.trace import trace_to_json
 from isa.errors import CvmError
-from serializer.hashing import KIND_NAMES, leaf_hash, merkle_root, trace_root
+from serializer.hashing import KIND_NAMES, input_commitment, trace_leaf, trace_root, tree_root
 from cvmvm.vm.api import Model
 from cvmvm.vm.verify import verify
 from tests.test_receipt import cli_json, mlp_model, pair_model
@@ -29,10 +29,10 @@ def trace_doc(model, inputs) -> dict:
 
 def reroot(doc: dict) -> dict:
     """After editing entries, recompute the root as a (dishonest) node would."""
-    leaves = [leaf_hash(e["tensor"], KIND_NAMES.index(e["kind"]), e["index"], e["output"], e["precision"],
-                        bytes.fromhex(e["node"]), bytes.fromhex(e["hash"])) for e in doc["entries"]]
-    tree = merkle_root(leaves)
-    return {**doc, "root": trace_root(bytes.fromhex(doc["model_hash"]), len(leaves), tree).hex()}
+    leaves = [trace_leaf(bytes.fromhex(e["commitment"])) for e in doc["entries"]]
+    root = trace_root(bytes.fromhex(doc["program_root"]), bytes.fromhex(doc["input_commitment"]), len(leaves),
+                      tree_root(leaves))
+    return {**doc, "root": root.hex()}
 
 
 def loaded(doc: dict):
@@ -48,8 +48,8 @@ def test_identical_traces():
 def test_one_wrong_op_is_isolated():
     doc = trace_doc(mlp_model(), X)
     bad = json.loads(json.dumps(doc))
-    bad["entries"][6]["hash"] = "ab" * 32   # instruction 2 (broadcast_mul), tensor 6
-    bad["entries"][7]["hash"] = "cd" * 32   # and what followed from it
+    bad["entries"][6]["commitment"] = "ab" * 32   # instruction 2 (broadcast_mul), tensor 6
+    bad["entries"][7]["commitment"] = "cd" * 32   # and what followed from it
     report = tracediff.diff(loaded(doc), loaded(reroot(bad)))
     ins = report["instruction"]
     assert (ins["index"], ins["op"], ins["tensor"], ins["inputs_agree"]) == (2, "broadcast_mul", 6, True)
@@ -161,18 +161,27 @@ def test_hostile_json_is_malformed_trace(capsys, tmp_path, text):
 
 @pytest.mark.parametrize("edit", [
     lambda d: {**d, "root": "00" * 32},                                           # root not of its entries
-    lambda d: {**d, "entries": [{**d["entries"][0], "hash": "zz" * 32}] + d["entries"][1:]},
-    lambda d: {**d, "entries": [{**d["entries"][0], "hash": "AB" * 32}] + d["entries"][1:]},
+    lambda d: {**d, "entries": [{**d["entries"][0], "commitment": "zz" * 32}] + d["entries"][1:]},
+    lambda d: {**d, "entries": [{**d["entries"][0], "commitment": "AB" * 32}] + d["entries"][1:]},
+    lambda d: reroot({**d, "entries": [{**d["entries"][0], "commitment": "ab" * 32}] + d["entries"][1:]}),  # inputs
+    lambda d: {**d, "program_root": "00" * 32},
     lambda d: {**d, "entries": [{**d["entries"][0], "kind": "tensor"}] + d["entries"][1:]},
     lambda d: {**d, "entries": [{**d["entries"][0], "index": -1}] + d["entries"][1:]},
     lambda d: {**d, "entries": d["entries"][1:]},                                 # tensor ids out of order
     lambda d: {**d, "entries": []},
     lambda d: {**d, "format": "cvmvm-trace/0"},
+    lambda d: {**d, "format": "cvmvm-trace/1"},
 ])
 def test_malformed_traces_are_rejected(edit):
     with pytest.raises(CvmError) as e:
         loaded(edit(trace_doc(mlp_model(), X)))
     assert e.value.code == "malformed.trace"
+
+
+def test_format_1_trace_files_are_refused_by_their_version():
+    with pytest.raises(CvmError) as e:
+        loaded({**trace_doc(mlp_model(), X), "format": "cvmvm-trace/1"})
+    assert "version 1" in e.value.message
 
 
 def test_cli_diff(capsys, tmp_path):

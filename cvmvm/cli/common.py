@@ -146,11 +146,6 @@ def limits_of(args: argparse.Namespace) -> Limits:
     return Limits(getattr(args, "ops_limit", None), args.memory_limit, args.work_limit)
 
 
-# Commands that verify a model without running it (hash, convert, disasm, store add, the model
-# a step proof names) hold it to the ISA's rules only: a run's limits are for the commands that run.
-NOT_RUN = Limits(memory=None, work=None)
-
-
 # -- loading what the arguments name ----------------------------------------------------------
 
 def read_kind(path: str, wanted: Sequence[str], what: str, limit: int = files.MAX_FILE_BYTES,

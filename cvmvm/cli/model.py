@@ -14,13 +14,13 @@ from isa.errors import InputError, InternalError, UsageError
 from isa.table import ISA_VERSION
 from isa.types import TensorType
 from serializer import cortex, kinds
-from serializer.hashing import tensor_hash
+from serializer.hashing import tensor_commitment
 from serializer.records import receipt as receipt_codec
 from serializer.records.trace import trace_bytes, trace_lines
 from cvmvm import files
 from cvmvm.vm import disasm
-from cvmvm.vm.api import Model, Result, load
-from cvmvm.vm.trace import tensor_name, trace_layout, trace_to_json
+from cvmvm.vm.api import Model, Result, load, value_type
+from cvmvm.vm.trace import program_layout, tensor_name, trace_to_json
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
 from cvmvm.cli.common import (EXIT_OK, KEY_FILE_BYTES, NOT_RUN, Command, Reply, clipping_json, input_arg, limit_args,
@@ -44,6 +44,7 @@ def cmd_verify(args: argparse.Namespace) -> Reply:
     in_scales, out_scales = model.input_scales, model.output_scales
     info = {
         "model_hash": model.model_hash.hex(),
+        "program_root": model.program_root.hex(),
         "instructions": len(model.program.steps),
         "ops": model.ops,
         "gas": model.gas,
@@ -56,7 +57,8 @@ def cmd_verify(args: argparse.Namespace) -> Reply:
     lines = [f"ok: {len(model.program.steps)} instructions, ops {model.ops}, gas {model.gas}",
              f"work {model.work} units (limit {args.work_limit}), memory {model.memory_bytes} bytes "
              f"(limit {args.memory_limit})",
-             f"model hash {info['model_hash']}"]
+             f"model hash   {info['model_hash']}",
+             f"program root {info['program_root']}"]
     lines += [f"input  {n}: {_type_text(t, in_scales[n])}" for n, t in model.inputs.items()]
     lines += [f"output {k} {n}: {_type_text(t, s)}"
               for k, (t, n, s) in enumerate(zip(model.output_types, model.output_names, out_scales))]
@@ -74,7 +76,7 @@ def _trace_format(args: argparse.Namespace) -> str:
 
 def _dump_name(model: Model, t: int, width: int) -> str:
     """tensor id, producer (op, or input/param) and name: 0007-conv2d-conv1.npy."""
-    op, _ = trace_layout(model.program).labels[t]
+    op, _ = program_layout(model.program).labels[t]
     producer = op or ("input" if t < len(model.program.model.inputs) else "param")
     name = re.sub(r"[^A-Za-z0-9_.]+", "_", tensor_name(model.program, t))[:80]
     return f"{t:0{width}d}-{producer}-{name}.npy"
@@ -133,21 +135,25 @@ def cmd_run(args: argparse.Namespace) -> Reply:
         outputs.put(trace_out, trace_lines(doc) if trace_format == "jsonl" else trace_bytes(doc))
     receipt_info = run_receipt(args, model, result, outputs, receipt_out)
     outputs.commit()
-    summaries = [{**_summary(t, v), "name": n, "hash": h.hex()}
-                 for t, n, v, h in zip(model.output_types, model.output_names, result.outputs, result.output_hashes)]
+    summaries = [{**_summary(t, v), "name": n, "commitment": c.hex()}
+                 for t, n, v, c in zip(model.output_types, model.output_names, result.outputs,
+                                       result.output_commitments)]
     if args.dequantize:
         for o, v, scale in zip(summaries, values, model.output_scales):
             if scale is not None:
                 o.update(scale=scale, float_min=float(v.min()), float_max=float(v.max()))
-    info = {"model_hash": model.model_hash.hex(), "output_hash": result.output_hash.hex(),
+    info = {"model_hash": model.model_hash.hex(), "program_root": model.program_root.hex(),
+            "input_commitment": trace.inputs.hex(), "output_hash": result.output_hash.hex(),
             "trace_root": trace.root.hex(), "ops": result.ops, "outputs": summaries,
             "peak_tensor_bytes": result.peak_bytes, "clipped": clipping_json(result.clipping), **receipt_info}
     if dumped is not None:
         info["dumped_tensors"] = dumped
     lines = [f"ok: ops {result.ops}",
-             f"model hash  {info['model_hash']}",
-             f"output hash {info['output_hash']}",
-             f"trace root  {info['trace_root']}"]
+             f"model hash       {info['model_hash']}",
+             f"program root     {info['program_root']}",
+             f"input commitment {info['input_commitment']}",
+             f"output hash      {info['output_hash']}",
+             f"trace root       {info['trace_root']}"]
     lines += [f"output {k} {o['name']}: {_type_text(t)} min {o['min']} max {o['max']}"
               + (f" (as floats {o['float_min']:.6g} .. {o['float_max']:.6g})" if "float_min" in o else "")
               for k, (t, o) in enumerate(zip(model.output_types, summaries))]
@@ -218,15 +224,15 @@ def cmd_hash(args: argparse.Namespace) -> Reply:
         if args.params:
             raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {args.target} is a .npy array")
         value = read_input(args.target)
-        try:
-            digest = tensor_hash(value)
-        except ValueError:
-            raise InputError("dtype", f"{args.target}: dtype {value.dtype} is not a VM dtype") from None
-        info = {"kind": "tensor", "tensor_hash": digest.hex(), "dtype": str(value.dtype), "shape": list(value.shape)}
-        return EXIT_OK, info, f"tensor hash {digest.hex()}"
+        t = value_type(value, args.precision)
+        digest = tensor_commitment(value.astype(np.int32) if t.dtype == "int32" else value, t)
+        info = {"kind": "tensor", "commitment": digest.hex(), **_type_json(t)}
+        return EXIT_OK, info, f"tensor commitment {digest.hex()} ({_type_text(t)})"
+    if args.precision is not None:
+        raise UsageError("conflict", "--precision goes with a tensor (.npy)")
     model = load_model(args.target, args.params, NOT_RUN)
-    info = {"kind": "model", "model_hash": model.model_hash.hex()}
-    return EXIT_OK, info, f"model hash {info['model_hash']}"
+    info = {"kind": "model", "model_hash": model.model_hash.hex(), "program_root": model.program_root.hex()}
+    return EXIT_OK, info, f"model hash   {info['model_hash']}\nprogram root {info['program_root']}"
 
 
 def cmd_disasm(args: argparse.Namespace) -> Reply:
@@ -264,7 +270,7 @@ def add_commands(command: Command) -> None:
                                 "scale); print output hash, trace root, ops")
     model_args(p)
     input_arg(p)
-    p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor hash): JSON, or JSON lines "
+    p.add_argument("--trace", metavar="FILE", help="write the trace (every tensor commitment): JSON, or JSON lines "
                                                    "when FILE ends in .jsonl")
     p.add_argument("--trace-format", choices=TRACE_FORMATS, help="the trace file's form, whatever its suffix")
     p.add_argument("--save-outputs", metavar="DIR", help="write output_<k>.npy files into DIR")
@@ -273,7 +279,7 @@ def add_commands(command: Command) -> None:
     p.add_argument("--dump-tensors", metavar="DIR", help="write every tensor into DIR as <id>-<producer>-<name>.npy")
     ops_limit_arg(p)
     limit_args(p)
-    p.add_argument("--receipt", metavar="FILE", help="write the run's receipt (docs/FORMAT.md section 6)")
+    p.add_argument("--receipt", metavar="FILE", help="write the run's receipt (docs/FORMAT.md section 7)")
     p.add_argument("--sign", metavar="KEY", help="sign the receipt with this Ed25519 private key (PEM or raw 32 bytes)")
 
     p = command("convert", cmd_convert, "convert Cortex (graph JSON + params) <-> native, by the input's content")
@@ -282,9 +288,11 @@ def add_commands(command: Command) -> None:
     p.add_argument("--params", help="Cortex params binary of the input")
     p.add_argument("--params-out", help="where to write the Cortex params (default: OUT with suffix .params)")
 
-    p = command("hash", cmd_hash, "print the model hash of a model, or the tensor hash of a .npy file")
+    p = command("hash", cmd_hash, "print a model's hash and program root, or a .npy tensor's commitment")
     p.add_argument("target", help="native model, Cortex graph JSON (with --params), or TENSOR.npy")
     p.add_argument("--params", help="Cortex params binary")
+    p.add_argument("--precision", type=int, metavar="P",
+                   help="an int32 tensor's precision (default: the smallest that holds its values)")
 
     p = command("disasm", cmd_disasm, "list a model's instructions with shapes, precisions and costs")
     model_args(p)

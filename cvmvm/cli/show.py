@@ -18,12 +18,14 @@ from isa.errors import CvmError, MalformedError, UsageError
 from serializer import cortex, kinds, native
 from serializer.cortex.json_text import load_json
 from serializer.cortex.params import read_params
-from serializer.hashing import KIND_NAMES, tensor_hash
+from serializer.hashing import tensor_commitment
 from serializer.model import Model as ModelIR
 from serializer.records import receipt as receipt_codec, stepproof as proof_codec, trace as trace_codec, transactions
+from serializer.records.program import decode_instr
 from isa.types import TensorType
 from cvmvm import files
 from cvmvm.vm import disasm
+from cvmvm.vm.api import Model, value_type
 from cvmvm.vm.verify import verify
 from cvmvm.cli.common import EXIT_OK, Command, Reply, read_kind
 
@@ -42,30 +44,32 @@ def _attrs(record: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in attrs_to_dict(record).items()}
 
 
-def _model(ir: ModelIR, model_hash: bytes, title: str) -> Shown:
-    """A decoded model: verified, its listing; otherwise its structure and why it does not verify."""
-    info: dict[str, Any] = {"model_hash": model_hash.hex(), "inputs": [{"name": i.name, **_type_json(i.type)}
-                                                                       for i in ir.inputs],
+def _model(ir: ModelIR, canonical: bytes, title: str) -> Shown:
+    """A decoded model: verified, its hashes and listing; otherwise its structure and why it does
+    not verify (its model hash needs its program root, which needs a verified program)."""
+    info: dict[str, Any] = {"inputs": [{"name": i.name, **_type_json(i.type)} for i in ir.inputs],
                             "params": len(ir.params), "instructions": len(ir.instrs), "outputs": list(ir.outputs)}
-    lines = [f"{title}, model hash {model_hash.hex()}",
-             f"{len(ir.inputs)} inputs, {len(ir.params)} params, {len(ir.instrs)} instructions, "
-             f"outputs {list(ir.outputs)}"]
+    counts = (f"{len(ir.inputs)} inputs, {len(ir.params)} params, {len(ir.instrs)} instructions, "
+              f"outputs {list(ir.outputs)}")
     try:
         program = verify(ir)
     except CvmError as e:
         info["verified"] = {"error": e.code, "message": e.message}
+        lines = [f"{title}, bytes SHA-256 {hashlib.sha256(canonical).hexdigest()}", counts]
         lines += [f"input {i.name}: {_t(i.type)}" for i in ir.inputs]
         lines += [f"instruction {k}: {ins.op} {ins.name}" for k, ins in enumerate(ir.instrs)]
         lines.append(f"does NOT verify: {e.code}: {e.message}")
         return info, lines
-    info["verified"] = True
+    model = Model(program, canonical)
+    info.update(model_hash=model.model_hash.hex(), program_root=model.program_root.hex(), verified=True)
     info.update(disasm.program_json(program))
+    lines = [f"{title}, model hash {info['model_hash']}", f"program root {info['program_root']}", counts]
     return info, lines + disasm.listing(program)
 
 
 def _native(data: bytes) -> Shown:
     ir = native.decode(data)
-    info, lines = _model(ir, hashlib.sha256(data).digest(), f"native model (format version {native.FORMAT_VERSION})")
+    info, lines = _model(ir, data, f"native model (format version {native.FORMAT_VERSION})")
     return {"format_version": native.FORMAT_VERSION, **info}, lines
 
 
@@ -79,7 +83,7 @@ def _cortex_graph(data: bytes, path: str, params: str | None) -> Shown:
         return _graph_nodes(doc, nodes)
     blob = None if params is None else read_kind(params, (kinds.CORTEX_PARAMS,), "params")
     ir = cortex.read_cortex(doc, blob)
-    return _model(ir, hashlib.sha256(native.encode(ir)).digest(), "Cortex graph JSON")
+    return _model(ir, native.encode(ir), "Cortex graph JSON")
 
 
 def _graph_nodes(doc: dict[str, Any], nodes: list[dict[str, Any]]) -> Shown:
@@ -102,15 +106,16 @@ def _params(data: bytes) -> Shown:
 
 
 def _receipt_json(r: receipt_codec.Receipt) -> dict[str, Any]:
-    return {"model_hash": r.model_hash.hex(), "inputs": [{"name": n, "hash": h.hex()} for n, h in r.inputs],
+    return {"model_hash": r.model_hash.hex(), "program_root": r.program_root.hex(),
+            "inputs": [{"name": n, "commitment": h.hex()} for n, h in r.inputs],
             "output_hash": r.output_hash.hex(), "trace_root": r.trace_root.hex(), "ops": r.ops,
             "signer": None if r.signer is None else {"public_key": r.signer.public_key.hex(),
                                                      "signature": r.signer.signature.hex()}}
 
 
 def _receipt_lines(r: receipt_codec.Receipt) -> list[str]:
-    lines = [f"model hash  {r.model_hash.hex()}"]
-    lines += [f"input {n}: hash {h.hex()}" for n, h in r.inputs]
+    lines = [f"model hash   {r.model_hash.hex()}", f"program root {r.program_root.hex()}"]
+    lines += [f"input {n}: commitment {h.hex()}" for n, h in r.inputs]
     lines += [f"output hash {r.output_hash.hex()}", f"trace root  {r.trace_root.hex()}", f"ops {r.ops}",
               "unsigned" if r.signer is None else f"signed by {r.signer.public_key.hex()}"]
     return lines
@@ -125,32 +130,38 @@ def _receipt(data: bytes) -> Shown:
 def _trace(data: bytes, path: str) -> Shown:
     t = trace_codec.load_trace(data, path)
     rows = [e.row for e in t.entries]
-    lines = [f"trace ({trace_codec.TRACE_FORMAT}): {len(rows)} tensors, model hash {t.model_hash}, root {t.root}"]
+    lines = [f"trace ({trace_codec.TRACE_FORMAT}): {len(rows)} tensors, model hash {t.model_hash}, root {t.root}",
+             f"program root {t.program_root}, input commitment {t.input_commitment}"]
     for r in rows:
         what = r["kind"] if r["kind"] != "instr" else f"{r.get('op')} (instruction {r['index']})"
         prec = "" if r.get("precision") is None else f" p{r['precision']}"
         lines.append(f"%{r['tensor']:<4} {r.get('name')}: {what}, {r.get('dtype')}{r.get('shape')}{prec}, "
-                     f"hash {r['hash']}")
-    return {"format": trace_codec.TRACE_FORMAT, "model_hash": t.model_hash, "root": t.root, "entries": rows}, lines
+                     f"commitment {r['commitment']}")
+    return {"format": trace_codec.TRACE_FORMAT, "model_hash": t.model_hash, "program_root": t.program_root,
+            "input_commitment": t.input_commitment, "root": t.root, "entries": rows}, lines
 
 
 def _proof(data: bytes) -> Shown:
     p = proof_codec.decode(data)
-    inputs = [{"tensor": o.tensor, "kind": KIND_NAMES[o.kind], "index": o.index, "output": o.output,
-               **_type_json(o.type), "hash": tensor_hash(o.value, o.type.dtype).hex(), "path": len(o.path)}
-              for o in p.inputs]
-    outputs = [{"tensor": c.tensor, **_type_json(c.type), "hash": c.digest.hex(), "path": len(c.path)}
-               for c in p.outputs]
-    info: dict[str, Any] = {"format_version": proof_codec.PROOF_VERSION, "model_hash": p.model_hash.hex(),
-                            "leaves": p.leaves, "step": p.step, "op": p.op, "attrs": _attrs(p.attrs),
-                            "inputs": inputs, "outputs": outputs}
-    lines = [f"step proof (format version {proof_codec.PROOF_VERSION}): instruction {p.step}, {p.op} "
+    record = decode_instr(p.record, p.counts[4], "step_proof")
+    operands = [{"tensor": t, **_type_json(ty), "bytes": len(o.data), "chunks": [c.index for c in o.chunks],
+                 "path": len(o.path)} for (t, ty), o in zip(record.inputs, p.operands)]
+    results = [{"tensor": t, **_type_json(ty), "commitment": None if r.commitment is None else r.commitment.hex(),
+                "chunk": None if r.chunk is None else r.chunk.index, "path": len(r.path)}
+               for (t, ty), r in zip(record.outputs, p.results)]
+    info: dict[str, Any] = {"format_version": proof_codec.PROOF_VERSION, "program": list(p.counts), "step": p.step,
+                            "element": p.element, "op": record.op, "attrs": _attrs(record.attrs),
+                            "operands": operands, "results": results}
+    kind = "whole-instruction" if p.element is None else f"element {p.element}"
+    lines = [f"step proof (format version {proof_codec.PROOF_VERSION}), {kind}: instruction {p.step}, {record.op} "
              f"{' '.join(f'{k}={v}' for k, v in info['attrs'].items())}",
-             f"model hash {p.model_hash.hex()}, {p.leaves} trace leaves"]
-    lines += [f"input  %{o['tensor']} ({o['kind']} {o['index']}): {_t(x.type)}, hash {o['hash']}, "
-              f"path of {o['path']}" for o, x in zip(inputs, p.inputs)]
-    lines += [f"output %{o['tensor']}: {_t(c.type)}, hash {o['hash']}, path of {o['path']}"
-              for o, c in zip(outputs, p.outputs)]
+             f"program counts (inputs, params, instructions, heads, tensors) {list(p.counts)}"]
+    lines += [f"operand %{o['tensor']}: {_t(ty)}, " + (f"{o['bytes']} bytes" if p.element is None else
+                                                       f"chunks {o['chunks']}") + f", path of {o['path']}"
+              for o, (_, ty) in zip(operands, record.inputs)]
+    lines += [f"result  %{r['tensor']}: {_t(ty)}, " + (f"commitment {r['commitment']}" if p.element is None else
+                                                       f"chunk {r['chunk']}") + f", path of {r['path']}"
+              for r, (_, ty) in zip(results, record.outputs)]
     return info, lines
 
 
@@ -178,10 +189,13 @@ def _npy(path: str) -> Shown:
         info.update(min=lo, max=hi)
         lines.append(f"min {lo} max {hi}")
     try:
-        info["tensor_hash"] = tensor_hash(value).hex()
-        lines.append(f"tensor hash {info['tensor_hash']}")
-    except ValueError:
-        lines.append(f"dtype {value.dtype} is not a VM dtype: no tensor hash")
+        t = value_type(value)
+    except CvmError as e:
+        lines.append(f"no tensor commitment: {e.message}")
+    else:
+        info["commitment"] = tensor_commitment(value.astype(np.int32) if t.dtype == "int32" else value, t).hex()
+        info["precision"] = t.precision
+        lines.append(f"tensor commitment {info['commitment']} ({_t(t)})")
     return info, lines
 
 

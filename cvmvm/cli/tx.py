@@ -1,26 +1,28 @@
 """The transaction commands: check-receipt, store, replay, tx (add, convert, demo), keygen, diff,
-prove-step, check-step."""
+prove-step, check-step, prove-outputs, contract."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
-from isa.errors import CvmError, UsageError
+from isa.errors import CvmError, InputError, UsageError
 from serializer import kinds
+from serializer.hashing import outputs_hash
 from serializer.records import receipt as receipt_codec, stepproof as proof_codec, trace as trace_codec, transactions
 from cvmvm import files
 from cvmvm.vm.execute import Clipping, prepare_inputs
-from cvmvm.tx import receipt, replay, results, schedule, stepproof, tracediff, txtools
+from cvmvm.vm.trace import make_trace, program_layout
+from cvmvm.tx import contract, receipt, replay, results, schedule, stepproof, tracediff, txtools
 from cvmvm.tx.store import Entry, Store
 from cvmvm.cli import demo
 from cvmvm.cli.common import (EXIT_CODES, EXIT_MISMATCH, EXIT_OK, KEY_FILE_BYTES, NOT_RUN, Command, Reply,
                               clipping_json, hash_hex, input_arg, limit_args, limits_of, load_model, model_args,
-                              non_negative_int, parse_inputs,
-                              positive_int, read_kind, warn_clipping)
+                              non_negative_int, parse_inputs, positive_int, read_input, read_kind, warn_clipping)
 
 
 def _signer(path: str | None) -> bytes | None:
@@ -224,39 +226,114 @@ def cmd_diff(args: argparse.Namespace) -> Reply:
 # -- step proofs --------------------------------------------------------------------------
 
 def cmd_prove_step(args: argparse.Namespace) -> Reply:
-    outputs = files.Outputs(reads=[args.model, args.params, *(path for _, path in args.input)])
-    key = outputs.file(args.out, "--out")
+    if args.calldata is not None and args.element is None and args.against is None:
+        raise UsageError("conflict", "--calldata needs --element (or --against): the contract checks one element")
+    if (args.calldata is None) != (args.commitment_id is None):
+        raise UsageError("conflict", "--calldata and --commitment-id go together")
+    if args.out is None and args.calldata is None:
+        raise UsageError("conflict", "give --out, --calldata, or both")
+    if (args.against is None) != (args.claimed_output is None):
+        raise UsageError("conflict", "--against and --claimed-output go together")
+    if args.against is None and args.step is None:
+        raise UsageError("conflict", "--step is needed (or --against, which finds the first wrong instruction)")
+    # Every output is checked before the run, and written as one unit after it (cvmvm.files.Outputs).
+    outputs = files.Outputs(reads=[args.model, args.params, args.against, args.claimed_output,
+                                   *(path for _, path in args.input)])
+    proof_out = outputs.file(args.out, "--out") if args.out is not None else None
+    calldata_out = outputs.file(args.calldata, "--calldata") if args.calldata is not None else None
     model = load_model(args.model, args.params, limits_of(args))
     inputs = parse_inputs(args.input)
     clipped: list[Clipping] = []
     prepare_inputs(model.program, inputs, clipped)
     warn_clipping(clipped)
-    proof, root = stepproof.prove_step(model, inputs, args.step)
-    outputs.put(key, proof_codec.encode(proof))
+    if args.against is None:
+        proof, trace = stepproof.prove_step(model, inputs, args.step, args.element)
+    else:
+        disputed = trace_codec.load_trace(read_kind(args.against, (kinds.TRACE,), "trace",
+                                                    trace_codec.MAX_TRACE_BYTES), args.against)
+        if disputed.program_root != model.program_root.hex():
+            raise InputError("trace", f"{args.against} is a trace of another program (program root "
+                                      f"{disputed.program_root})")
+        proof, trace, _, _ = stepproof.prove_against(model, inputs, [e.commitment for e in disputed.entries],
+                                                     read_input(args.claimed_output), args.step, args.element)
+    op = model.program.steps[proof.step].op.name
+    if args.calldata is not None and proof.element is None:
+        raise InputError("not_covered", f"{op} has no element proofs: no calldata (--out writes a "
+                                        "whole-instruction proof)")
+    info = {"step": proof.step, "op": op, "element": proof.element, "program_root": model.program_root.hex(),
+            "input_commitment": trace.inputs.hex(), "trace_root": trace.root.hex(),
+            "clipped": clipping_json(clipped)}
+    lines = []
+    if proof_out is not None:
+        data = proof_codec.encode(proof)
+        outputs.put(proof_out, data)
+        info.update(proof=args.out, proof_bytes=len(data))
+        lines.append(f"wrote the proof of instruction {proof.step} ({op})"
+                     + ("" if proof.element is None else f", element {proof.element},") + f" to {args.out}")
+    if calldata_out is not None:
+        data = proof_codec.challenge_calldata(args.commitment_id, proof_codec.calldata_proof(proof))
+        outputs.put(calldata_out, ("0x" + data.hex() + "\n").encode())
+        info.update(calldata=args.calldata, calldata_bytes=len(data))
+        lines.append(f"wrote challenge({args.commitment_id}, proof) calldata ({len(data)} bytes) to {args.calldata}")
     outputs.commit()
-    info = {"proof": args.out, "step": proof.step, "op": proof.op, "trace_root": root.hex(),
-            "model_hash": model.model_hash.hex(), "clipped": clipping_json(clipped)}
-    return EXIT_OK, info, f"wrote proof of instruction {proof.step} ({proof.op}) to {args.out}\ntrace root {root.hex()}"
+    lines += [f"program root {info['program_root']}", f"trace root   {info['trace_root']}"]
+    return EXIT_OK, info, "\n".join(lines)
 
 
 def cmd_check_step(args: argparse.Namespace) -> Reply:
-    if args.model is not None and args.store is not None:
-        raise UsageError("conflict", "give at most one of --model and --store")
+    proof = proof_codec.decode(read_kind(args.proof, (kinds.STEP_PROOF,), "step proof", proof_codec.MAX_PROOF_BYTES))
+    if (args.model is None) == (args.program_root is None):
+        raise UsageError("conflict", "give exactly one of --program-root and --model")
     if args.params is not None and args.model is None:
         raise UsageError("conflict", "--params goes with --model")
-    proof = proof_codec.decode(read_kind(args.proof, (kinds.STEP_PROOF,), "step proof", proof_codec.MAX_PROOF_BYTES))
-    model = None  # only compared with the proof, never run: the ISA's rules, not a run's limits
-    if args.model is not None:
-        model = load_model(args.model, args.params, NOT_RUN)
-    elif args.store is not None:
-        model = Store(args.store).get(proof.model_hash, NOT_RUN)
-    checks = stepproof.check_step(proof, args.root, model, limits_of(args))
-    ok = all(c.ok for c in checks)
-    info = {"valid": ok, "step": proof.step, "op": proof.op,
-            "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]}
-    lines = [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in checks]
-    lines.append(f"proof of instruction {proof.step} ({proof.op}) is {'valid' if ok else 'INVALID'}")
-    return (EXIT_OK if ok else EXIT_MISMATCH), info, "\n".join(lines)
+    # The model is only read for its program root, never run: the ISA's rules, not a run's limits.
+    program_root = (args.program_root if args.model is None
+                    else load_model(args.model, args.params, NOT_RUN).program_root)
+    verdict = stepproof.check_step(proof, args.root, program_root, limits_of(args))
+    what = f"instruction {verdict.step} ({verdict.op})" + ("" if verdict.element is None else f", element {verdict.element}")
+    info = {"verdict": "correct" if verdict.correct else "wrong", "step": verdict.step, "op": verdict.op,
+            "element": verdict.element, "detail": list(verdict.detail)}
+    lines = list(verdict.detail)
+    lines.append(f"{what}: the trace's result is correct" if verdict.correct else
+                 f"{what}: the trace's result is WRONG (fraud, proved against the roots alone)")
+    return (EXIT_OK if verdict.correct else EXIT_MISMATCH), info, "\n".join(lines)
+
+
+def cmd_prove_outputs(args: argparse.Namespace) -> Reply:
+    calldata_out = files.Outputs(reads=[args.model, args.params, args.against])
+    key = calldata_out.file(args.calldata, "--calldata")
+    model = load_model(args.model, args.params, NOT_RUN)  # its trace is the disputed one: nothing is run
+    disputed = trace_codec.load_trace(read_kind(args.against, (kinds.TRACE,), "trace", trace_codec.MAX_TRACE_BYTES),
+                                      args.against)
+    if disputed.program_root != model.program_root.hex():
+        raise InputError("trace", f"{args.against} is a trace of another program (program root {disputed.program_root})")
+    trace = make_trace(model.program, [e.commitment for e in disputed.entries])
+    heads = stepproof.prove_outputs(model.program, trace)
+    layout = program_layout(model.program)
+    proof = proof_codec.outputs_calldata_proof(layout.counts, trace.commitments[:layout.counts[0]], heads)
+    data = proof_codec.challenge_calldata(args.commitment_id, proof, proof_codec.CHALLENGE_OUTPUTS_SELECTOR)
+    calldata_out.put(key, ("0x" + data.hex() + "\n").encode())
+    calldata_out.commit()
+    output_hash = outputs_hash([h.commitment for h in heads]).hex()
+    info = {"calldata": args.calldata, "calldata_bytes": len(data), "output_hash": output_hash,
+            "trace_root": trace.root.hex()}
+    return EXIT_OK, info, (f"wrote challengeOutputs({args.commitment_id}, proof) calldata ({len(data)} bytes) to "
+                           f"{args.calldata}\nthe trace's output hash is {output_hash}: the challenge refutes a "
+                           f"commitment of this trace root with any other")
+
+
+def cmd_contract(args: argparse.Namespace) -> Reply:
+    out = Path(args.dir)
+    deployment = contract.deployment_files()
+    outputs = files.Outputs()
+    folder = outputs.directory(out, "contract directory", "|".join(re.escape(name) for name in deployment))
+    for name, data in deployment.items():
+        outputs.put_in(folder, name, data)
+    outputs.commit()
+    written = list(deployment)
+    info = {"dir": str(out), "files": written, "compiler": contract.artifact()["compiler"]}
+    return EXIT_OK, info, "\n".join([f"wrote {out / name}" for name in written]
+                                    + ["deploy CvmChallenge.bin (it is CvmStep too); docs/FORMAT.md section 10"])
 
 
 # -- the parser -----------------------------------------------------------------------------
@@ -283,7 +360,7 @@ def add_commands(command: Command) -> None:
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
 
     p = command("replay", cmd_replay, "re-execute a file of transactions and check every claimed receipt")
-    p.add_argument("txs", help="transaction file (docs/FORMAT.md section 7)")
+    p.add_argument("txs", help="transaction file (docs/FORMAT.md section 8)")
     p.add_argument("--store", required=True, help="model store directory")
     p.add_argument("--workers", type=positive_int, default=1, help="worker processes (default 1: this process)")
     p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
@@ -300,7 +377,7 @@ def add_commands(command: Command) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar (there is one on a terminal when the "
                                                         "'progress' extra, tqdm, is installed)")
 
-    p = command("tx", cmd_tx_add, "make transaction files: add a real run, convert version 1, generate a demo")
+    p = command("tx", cmd_tx_add, "make transaction files: add a real run, convert an old file, generate a demo")
     actions = p.add_subparsers(dest="tx_command", required=True)
     add = actions.add_parser("add", help="append a transaction of a real run (created if missing)",
                              description="Run MODEL on the inputs and append the transaction (inputs as the program "
@@ -311,9 +388,10 @@ def add_commands(command: Command) -> None:
     add.add_argument("--receipt", help="carry this receipt as the claim (e.g. signed by cvmvm run --receipt --sign)")
     limit_args(add)
     add.set_defaults(func=cmd_tx_add)
-    conv = actions.add_parser("convert", help="convert a version 1 transaction file to version 2")
-    conv.add_argument("old", help="version 1 transaction file")
-    conv.add_argument("new", help="version 2 file to write")
+    conv = actions.add_parser("convert", help=f"convert a version 1 or 2 transaction file to version "
+                                              f"{transactions.TXS_VERSION} (never a format 1 receipt: see FORMAT.md 8)")
+    conv.add_argument("old", help="version 1 or 2 transaction file")
+    conv.add_argument("new", help=f"version {transactions.TXS_VERSION} file to write")
     conv.set_defaults(func=cmd_tx_convert)
     gen = actions.add_parser("demo", help="generate N digits transactions, some bad on purpose, and their store",
                              description=txtools.__doc__.split("\n\n")[2] if txtools.__doc__ else None)
@@ -331,19 +409,41 @@ def add_commands(command: Command) -> None:
     p.add_argument("trace_a", help="trace file (cvmvm run --trace)")
     p.add_argument("trace_b", help="trace file (cvmvm run --trace)")
 
-    p = command("prove-step", cmd_prove_step, "write a proof of one instruction of a run against its trace root")
+    p = command("prove-step", cmd_prove_step, "prove one instruction (or one element of it) of a run against "
+                                               "its trace root and program root")
     model_args(p)
     input_arg(p)
-    p.add_argument("--step", type=non_negative_int, required=True, help="the instruction's index (from 0)")
-    p.add_argument("--out", required=True, help="proof file to write")
+    p.add_argument("--step", type=non_negative_int, help="the instruction's index, from 0 (with --against: found "
+                                                         "when omitted)")
+    p.add_argument("--element", type=non_negative_int, help="an element proof of this output element (row-major "
+                                                            "index), for the ops the contract covers (with "
+                                                            "--against: the first wrong element when omitted)")
+    p.add_argument("--out", help="proof file to write (docs/FORMAT.md section 9)")
+    p.add_argument("--calldata", metavar="FILE", help="write the ABI-encoded challenge(commitmentId, proof) "
+                                                      "calldata as hex (an element proof)")
+    p.add_argument("--commitment-id", type=non_negative_int, help="the contract's id of the disputed commitment "
+                                                                  "(with --calldata)")
+    p.add_argument("--against", metavar="TRACE", help="prove a disputed run wrong: its trace file (format 2); "
+                                                      "the proof opens its first wrong instruction")
+    p.add_argument("--claimed-output", metavar="NPY", help="with --against: the disputed run's value of that "
+                                                           "instruction's output")
     limit_args(p)
 
-    p = command("check-step", cmd_check_step, "check a step proof: every inclusion proof against the root, then "
-                                              "re-execute its one instruction")
+    p = command("check-step", cmd_check_step, "check a step proof against a trace root and a program root: "
+                                              "correct, wrong (fraud), or an error")
     p.add_argument("proof", help="step proof file (cvmvm prove-step)")
     p.add_argument("--root", type=hash_hex, required=True, help="the trace root (64 hex digits)")
-    p.add_argument("--model", help="optional: also confirm the proof names this model's instruction "
-                                   "(native, or Cortex graph JSON)")
+    p.add_argument("--program-root", type=hash_hex, help="the program root (64 hex digits)")
+    p.add_argument("--model", help="take the program root from this model (native, or Cortex graph JSON)")
     p.add_argument("--params", help="Cortex params binary (with a graph JSON)")
-    p.add_argument("--store", help="optional: a model store holding the model the proof names, to confirm it too")
     limit_args(p)
+
+    p = command("prove-outputs", cmd_prove_outputs, "write the calldata that refutes a commitment whose output hash "
+                                                    "is not its trace's")
+    model_args(p)
+    p.add_argument("--against", metavar="TRACE", required=True, help="the committed run's trace file (format 2)")
+    p.add_argument("--calldata", metavar="FILE", required=True, help="where to write challengeOutputs calldata (hex)")
+    p.add_argument("--commitment-id", type=non_negative_int, required=True, help="the contract's id of the commitment")
+
+    p = command("contract", cmd_contract, "write the on-chain verifier: Solidity source, ABI, bytecode")
+    p.add_argument("dir", help="directory to write into (created if missing; its parent must exist)")

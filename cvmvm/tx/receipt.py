@@ -23,7 +23,7 @@ from cvmvm.vm.api import Model, Result
 
 # The fields a re-execution recomputes, in report order; "signature" and
 # "signer" are checked on the claim alone.
-FIELDS = ("model_hash", "inputs", "output_hash", "trace_root", "ops")
+FIELDS = ("model_hash", "program_root", "inputs", "output_hash", "trace_root", "ops")
 
 
 def make_receipt(model: Model, result: Result) -> Receipt:
@@ -31,9 +31,9 @@ def make_receipt(model: Model, result: Result) -> Receipt:
     if result.trace is None:
         raise ValueError("a receipt needs a traced run (Model.run(..., trace=True))")
     names = [i.name for i in model.program.model.inputs]
-    # Trace entries start with the inputs, in input order, hashed as the program read them.
-    inputs = tuple((name, e.digest) for name, e in zip(names, result.trace.entries))
-    return Receipt(model.model_hash, inputs, result.output_hash, result.trace.root, result.ops)
+    # Trace entries start with the inputs, in input order, committed as the program read them.
+    inputs = tuple((name, e.commitment) for name, e in zip(names, result.trace.entries))
+    return Receipt(model.model_hash, model.program_root, inputs, result.output_hash, result.trace.root, result.ops)
 
 
 # -- signatures ----------------------------------------------------------------
@@ -120,7 +120,7 @@ def _hexed(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, tuple):
-        return [{"name": n, "hash": d.hex()} for n, d in value]
+        return [{"name": n, "commitment": d.hex()} for n, d in value]
     return value
 
 
@@ -175,11 +175,11 @@ def _inputs_text(claimed: Any, actual: Any) -> str:
     if claimed_names != actual_names:
         return (f"the receipt lists inputs {', '.join(claimed_names) or 'none'}; "
                 f"the model takes {', '.join(actual_names)}")
-    differ = [f"input {c['name']} hashes to {a['hash']}, the receipt claims {c['hash']}"
-              for c, a in zip(claimed, actual) if c["hash"] != a["hash"]]
+    differ = [f"input {c['name']} commits to {a['commitment']}, the receipt claims {c['commitment']}"
+              for c, a in zip(claimed, actual) if c["commitment"] != a["commitment"]]
     if differ:
         return "; ".join(differ)
-    return "every input hashes as claimed (" + ", ".join(f"{c['name']} {c['hash']}" for c in claimed) + ")"
+    return "every input commits as claimed (" + ", ".join(f"{c['name']} {c['commitment']}" for c in claimed) + ")"
 
 
 def explain(c: FieldCheck) -> str:

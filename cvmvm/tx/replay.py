@@ -1,7 +1,7 @@
 """Replaying transactions: re-execute each one and check its claimed receipt.
 
 A transaction names a model (by hash, looked up in a store), carries its
-inputs and the receipt its executing node claims (docs/FORMAT.md section 7).
+inputs and the receipt its executing node claims (docs/FORMAT.md section 8).
 Each gets one Outcome: ok, mismatch (the receipt fields that do not hold) or
 error (the CvmError code that stopped it).
 
@@ -11,14 +11,14 @@ process, a worker process or a Ray task.  Per chunk it decodes each record,
 checks the claim's signature first (a forged claim is never executed), checks
 the inputs against the model, then runs every valid transaction of the chunk
 as one batched traced run (cvmvm.vm.batching gives, per transaction, exactly
-the hashes, trace root and ops of a one-by-one run) and compares.  Scheduling
+the commitments, trace root and ops of a one-by-one run) and compares.  Scheduling
 and reporting are cvmvm.tx.schedule and cvmvm.tx.results.
 
 A transaction carries its inputs exactly as the program reads them: the
 model's dtype, and int32 values within the declared precision, in the model's
-input order.  Nothing is clipped or converted, so the receipt's input hashes
+input order.  Nothing is clipped or converted, so the receipt's input commitments
 commit to the bytes the transaction carries, and no two transaction byte
-strings share a receipt (FORMAT.md section 7).
+strings share a receipt (FORMAT.md section 8).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from serializer.records.receipt import Receipt
 from serializer.records.transactions import TxInput
 from cvmvm.vm.api import Model
 from cvmvm.vm.batching import Batch, TracedRun
+from cvmvm.vm.trace import program_layout
 from cvmvm.tx import receipt as receipts
 
 DEFAULT_BATCH = 512
@@ -190,7 +191,8 @@ class Replayer:
 
     def _compare(self, index: int, offset: int, tx: bytes, claimed: Receipt, model_hash: bytes,
                  names: list[str], got: TracedRun) -> Outcome:
-        actual = Receipt(model_hash, tuple(zip(names, got.digests)), got.output_hash, got.trace_root, got.ops)
+        actual = Receipt(model_hash, self._program_root(model_hash), tuple(zip(names, got.commitments)),
+                         got.output_hash, got.trace_root, got.ops)
         bad = receipts.recomputed_mismatches(claimed, actual)
         return Outcome(index, offset, tx, MISMATCH if bad else OK, bad,
                        output_hash=got.output_hash, trace_root=got.trace_root, ops=got.ops)
@@ -200,6 +202,10 @@ class Replayer:
         inputs in the model's input order, one list per run (for tools that make transactions)."""
         batch = self.batch(model_hash)
         names = [i.name for i in batch.model.program.model.inputs]
+        root = self._program_root(model_hash)
         return [got if isinstance(got, CvmError) else
-                Receipt(model_hash, tuple(zip(names, got.digests)), got.output_hash, got.trace_root, got.ops)
+                Receipt(model_hash, root, tuple(zip(names, got.commitments)), got.output_hash, got.trace_root, got.ops)
                 for got in batch.run(feeds)]
+
+    def _program_root(self, model_hash: bytes) -> bytes:
+        return program_layout(self.batch(model_hash).model.program).root

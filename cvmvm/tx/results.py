@@ -1,6 +1,6 @@
 """Replay results: one JSON line per transaction, the results file, resume, and the report.
 
-The line format (docs/FORMAT.md section 7) is what ``--output`` streams and
+The line format (docs/FORMAT.md section 8) is what ``--output`` streams and
 ``--json`` lists; a results file is a header line, then one line per
 transaction in transaction order, each written whole.  ``Report`` counts
 outcomes as they arrive and renders the summary; errors that are a model's,

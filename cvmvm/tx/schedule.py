@@ -31,10 +31,10 @@ from serializer import kinds
 from serializer.records import transactions
 from serializer.records.transactions import Record
 from cvmvm import files
-from cvmvm.vm.api import Model, load
+from cvmvm.vm.api import Model
 from cvmvm.vm.verify import Limits
 from cvmvm.tx.replay import DEFAULT_BATCH, Item, Outcome, Replayer, failed
-from cvmvm.tx.store import Store
+from cvmvm.tx.store import Store, checked_model
 
 CHUNK_BYTES = 1 << 25   # record bytes in one chunk, whatever the batch size
 READ_BUFFER = 1 << 20
@@ -145,11 +145,7 @@ _ray_models: dict[bytes, bytes] = {}
 
 
 def _ray_fetch(model_hash: bytes, limits: Limits) -> Model:
-    data = _ray_models.pop(model_hash)
-    got = hashlib.sha256(data).digest()
-    if got != model_hash:
-        raise MalformedError("store_hash", f"model bytes hash to {got.hex()}, not {model_hash.hex()}")
-    return load(data, ops_limit=limits.ops, memory_limit=limits.memory, work_limit=limits.work)
+    return checked_model(_ray_models.pop(model_hash), model_hash, "model from the object store", limits)
 
 
 def _ray_chunk(model_bytes: bytes, model: bytes, items: list[Item], batch_size: int,

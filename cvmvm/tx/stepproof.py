@@ -1,189 +1,362 @@
-"""Step proofs: settle a dispute about one instruction without re-running the model.
+"""Step proofs: settle a dispute about one instruction against two roots alone.
 
-A proof carries instruction K (op, attributes, tensor ids and types), the
-values of its inputs, the hashes of its outputs, and Merkle inclusion proofs
-of all of them against a trace root (docs/FORMAT.md section 8).  Checking it
-re-executes only that instruction, verified as a one-instruction program with
-the input types from the proof, and recomputes every inclusion proof.  Every
-trace leaf commits to its tensor id and to a digest of the node that produced
-it (op code, tensor ids, every attribute), so the root alone binds the proof's
-instruction: a checker needs the root, not the model.  Given the model too, it
-also confirms the proof names that model's instruction K.  The proof record and
-its bytes are serializer.records.stepproof.
+``prove_step`` runs a model once, traced, and opens instruction K: its program
+record and path, and either every operand in full (a whole-instruction proof)
+or the chunks one output element reads (an element proof, for the ops the
+contract covers, cvmvm.tx.element).  ``make_proof`` does the same from any
+set of committed tensors, an honest run's or not.
+
+``check_step`` authenticates everything before it computes anything -- every
+size, every chunk and audit path, the program root, the input commitment and the
+trace root -- then re-executes (the whole instruction, verified as a
+one-instruction program within a run's limits, or the one element) and returns
+a verdict: the step is correct, or it is wrong (fraud).  A proof that is
+malformed or not included raises its CvmError.  The record and its codecs are
+serializer.records.stepproof (docs/FORMAT.md section 9).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from isa.attrs import attrs_to_dict
-from isa.errors import CvmError, InputError, LimitError
+from isa.errors import CvmError, InputError, MalformedError
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
-from serializer import native
-from serializer.hashing import (INSTR, KIND_NAMES, leaf_hash, merkle_proof, node_digest, root_from_proof, tensor_hash,
-                                trace_root)
-from serializer.records.stepproof import Claim, Operand, StepProof
+from serializer.hashing import (CHUNK_SIZE, audit_path, body_length, chunk_count, chunk_leaves, commitment_of, input_commitment,
+                                lane_width, leaf_hash, positions, program_root, root_from_path, tensor_body,
+                                tensor_from_body, trace_leaf, trace_root, tree_levels, tree_root)
+from serializer.records.program import InstrRecord, decode_instr, param_record
+from serializer.records.stepproof import Chunk, Head, Operand, Result, StepProof
 from cvmvm.vm.api import Model
 from cvmvm.vm.blas import hashing_alongside
 from cvmvm.vm.execute import execute
-from cvmvm.vm.trace import Tracer, trace_layout
-from cvmvm.vm.verify import Limits, verify_instruction
+from cvmvm.vm.trace import Trace, Tracer, make_trace, program_layout
+from cvmvm.vm.verify import NOT_RUN, Limits, Program, verify_instruction, verify_types
+from cvmvm.tx import element as elements
 
 
-# -- proving ---------------------------------------------------------------------------
+def _malformed(message: str) -> MalformedError:
+    return MalformedError("step_proof", message)
 
-def prove_step(model: Model, inputs: Mapping[str, np.ndarray], step: int) -> tuple[StepProof, bytes]:
-    """Run the model once, traced, keeping instruction ``step``'s inputs; return its proof and the trace root."""
+
+def _not_included(message: str) -> InputError:
+    return InputError("not_included", message)
+
+
+# -- proving ----------------------------------------------------------------------------------
+
+def chunks_of(value: np.ndarray, t: TensorType, wanted: Sequence[int]) -> tuple[Chunk, ...]:
+    """Chunks ``wanted`` of a tensor's body, each with its audit path in the tensor's chunk tree."""
+    body = tensor_body(value, t)
+    levels = tree_levels(chunk_leaves(body))
+    return tuple(Chunk(i, bytes(body[i * CHUNK_SIZE:(i + 1) * CHUNK_SIZE]), tuple(audit_path(levels, i)))
+                 for i in sorted(set(wanted)))
+
+
+def footprint_chunks(t: TensorType, reads: np.ndarray) -> list[int]:
+    """The chunks of a tensor's body that hold these row-major elements."""
+    return sorted(set((positions(t, reads) * lane_width(t) // CHUNK_SIZE).tolist()))
+
+
+def make_proof(program: Program, trace: Trace, values: Mapping[int, np.ndarray], step: int,
+               element: int | None = None) -> StepProof:
+    """The proof of instruction ``step`` (of output element ``element``, row-major, when given)
+    of a run committed as ``trace``; ``values`` holds the step's operands and results."""
+    layout = program_layout(program)
+    if not 0 <= step < len(program.steps):
+        raise InputError("step", f"step {step} is out of range: the model's instructions are 0 to "
+                                 f"{len(program.steps) - 1}")
+    s = program.steps[step]
+    types = program.types
+    n_in, n_params = layout.counts[0], layout.counts[1]
+
+    def path(t: int) -> tuple[bytes, ...]:
+        if t < n_in:
+            return ()
+        return tuple(layout.path(t) if t < n_in + n_params else trace.path(t))
+
+    if element is None:
+        operands = tuple(Operand(bytes(tensor_body(values[t], types[t])), (), path(t)) for t in s.inputs)
+        results = tuple(Result(trace.entries[t].commitment, None, tuple(trace.path(t))) for t in s.outputs)
+    else:
+        out = s.outputs[0]
+        if s.op.name not in elements.COVERED:
+            raise InputError("not_covered", f"{s.op.name} has no element proofs (covered: {sorted(elements.COVERED)})")
+        if not 0 <= element < types[out].size:
+            raise InputError("element", f"element {element} is not in output 0 of instruction {step} "
+                                        f"({types[out].size} elements)")
+        reads = elements.footprint(s.op.name, s.attrs, [types[t] for t in s.inputs], types[out], element)
+        operands = tuple(Operand(b"", chunks_of(values[t], types[t], wanted), path(t) if wanted else ())
+                         for t, r in zip(s.inputs, reads) for wanted in (footprint_chunks(types[t], r),))
+        (held,) = chunks_of(values[out], types[out], footprint_chunks(types[out], np.array([element])))
+        results = (Result(None, held, tuple(trace.path(out))),)
+    leaf = layout.instruction_leaf(step)
+    return StepProof(layout.counts, trace.commitments[:n_in], step, layout.records[leaf], tuple(layout.path(leaf)),
+                     element, operands, results)
+
+
+def prove_step(model: Model, inputs: Mapping[str, np.ndarray], step: int,
+               element: int | None = None) -> tuple[StepProof, Trace]:
+    """Run the model once, traced, keeping instruction ``step``'s tensors; its proof and the trace."""
     program = model.program
     if not 0 <= step < len(program.steps):
         raise InputError("step", f"step {step} is out of range: the model's instructions are 0 to "
                                  f"{len(program.steps) - 1}")
     s = program.steps[step]
-    tracer = Tracer(program, model.model_hash)
+    wanted = set(s.inputs) | set(s.outputs)
+    tracer = Tracer(program)
     kept: dict[int, np.ndarray] = {}
 
     def observe(t: int, value: np.ndarray) -> None:
         tracer(t, value)
-        if t in s.inputs:
+        if t in wanted:
             kept[t] = value
 
     with hashing_alongside(program):
         execute(program, inputs, observe)
     trace = tracer.trace()
-    leaves = trace.leaves
-    layout = trace_layout(program)
-    operands = tuple(Operand(t, *layout.positions[t], layout.nodes[t], program.types[t], kept[t],
-                             tuple(merkle_proof(leaves, t))) for t in s.inputs)
-    claims = tuple(Claim(t, program.types[t], trace.entries[t].digest, tuple(merkle_proof(leaves, t)))
-                   for t in s.outputs)
-    return StepProof(model.model_hash, len(leaves), step, s.op.name, s.attrs, operands, claims), trace.root
+    return make_proof(program, trace, kept, step, element), trace
 
 
-# -- checking ----------------------------------------------------------------------------------
+def prove_outputs(program: Program, trace: Trace) -> tuple[Head, ...]:
+    """Every head of the program, opened in a trace: what ``challengeOutputs`` needs besides the
+    counts and the input commitments (FORMAT.md section 10.2)."""
+    layout = program_layout(program)
+    n_in, n_params, n_instr = layout.counts[:3]
+
+    def path(t: int) -> tuple[bytes, ...]:
+        if t < n_in:
+            return ()
+        return tuple(layout.path(t) if t < n_in + n_params else trace.path(t))
+
+    return tuple(Head(t, trace.entries[t].commitment, tuple(layout.path(n_in + n_params + n_instr + h)), path(t))
+                 for h, t in enumerate(program.model.outputs))
+
+
+def prove_against(model: Model, inputs: Mapping[str, np.ndarray], disputed: Sequence[bytes],
+                  claimed: np.ndarray, step: int | None = None,
+                  element: int | None = None) -> tuple[StepProof, Trace, int, int | None]:
+    """A proof that a disputed run of ``model`` on ``inputs`` is wrong: ``disputed`` is its trace's
+    commitments (by tensor id), ``claimed`` its value of the first wrong instruction's output 0.
+
+    The instruction is the first whose output commitment differs from an honest run's (``step``,
+    when given, must be it: before it the traces agree, so its operands are the honest ones); the
+    element, unless given, is the first that differs.  Returns the proof (an element proof when the
+    op is covered, else a whole-instruction one), the disputed trace, the step and the element.
+    """
+    program = model.program
+    if len(disputed) != len(program.types):
+        raise InputError("trace", f"the disputed trace has {len(disputed)} tensors, the model {len(program.types)}")
+    tracer = Tracer(program)
+    kept: dict[int, np.ndarray] = {}
+
+    def observe(t: int, value: np.ndarray) -> None:
+        tracer(t, value)
+        kept[t] = value
+
+    execute(program, inputs, observe)
+    honest = tracer.commitments
+    n_in = len(program.model.inputs)
+    if list(disputed[:n_in]) != honest[:n_in]:
+        raise InputError("trace", "the disputed trace is of other inputs (its input commitments differ)")
+    first = next((t for t in range(n_in, len(honest)) if disputed[t] != honest[t]), None)
+    if first is None:
+        raise InputError("no_dispute", "the disputed trace commits to exactly the honest run's tensors")
+    wrong = next(s for s in program.steps if first in s.outputs)
+    if step is not None and step != wrong.index:
+        raise InputError("step", f"the traces first differ at instruction {wrong.index} (tensor {first}), "
+                                 f"not {step}: prove that one")
+    out = wrong.outputs[0]
+    t = program.types[out]
+    claimed = np.asarray(claimed)
+    if tuple(claimed.shape) != t.shape or claimed.dtype.kind not in "iu" \
+            or commitment_of(t, tree_root(chunk_leaves(tensor_body(claimed, t)))) != disputed[out]:
+        raise InputError("claimed", f"the claimed output is not tensor {out} of the disputed trace "
+                                    f"(its commitment differs)")
+    covered = wrong.op.name in elements.COVERED and len(wrong.outputs) == 1
+    if element is None and covered:
+        differing = np.flatnonzero(claimed.reshape(-1) != kept[out].reshape(-1))
+        element = int(differing[0]) if differing.size else None
+    values = {**{u: kept[u] for u in wrong.inputs}, out: claimed}
+    trace = make_trace(program, list(disputed))
+    return make_proof(program, trace, values, wrong.index, element if covered else None), trace, wrong.index, element
+
+
+# -- checking -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str = ""
+class Verdict:
+    correct: bool                 # False: the trace recorded a wrong result (fraud)
+    step: int
+    op: str
+    element: int | None
+    detail: tuple[str, ...]       # what was recomputed, against what the trace committed
 
 
-def _said(ok: bool, holds: str, fails: str) -> str:
-    return holds if ok else fails
+class _Auth:
+    """The trees a proof's paths climb, and the one trace tree they must all reach."""
+
+    def __init__(self, p: StepProof, record_tree: bytes) -> None:
+        self.p = p
+        self.program_tree = record_tree
+        self.trace_tree: bytes | None = None
+
+    def trace(self, commitment: bytes, tensor: int, path: Sequence[bytes], what: str) -> None:
+        tree = root_from_path(trace_leaf(commitment), tensor, self.p.counts[4], path)
+        if tree is None or (self.trace_tree is not None and tree != self.trace_tree):
+            raise _not_included(f"{what}: its commitment and path do not reach the trace tree")
+        self.trace_tree = tree
+
+    def operand(self, commitment: bytes, tensor: int, path: Sequence[bytes], what: str) -> None:
+        n_in, n_params, n_instr, n_heads, _ = self.p.counts
+        if tensor < n_in:
+            if path or commitment != self.p.inputs[tensor]:
+                raise _not_included(f"{what}: model input {tensor}'s commitment is not the proof's input {tensor}")
+        elif tensor < n_in + n_params:
+            leaf = leaf_hash(param_record(tensor, commitment))
+            if root_from_path(leaf, tensor, n_in + n_params + n_instr + n_heads, path) != self.program_tree:
+                raise _not_included(f"{what}: param tensor {tensor}'s commitment is not in the program")
+        else:
+            self.trace(commitment, tensor, path, what)
 
 
-def _structure(p: StepProof) -> list[Check]:
-    """Tensor ids and trace positions consistent with one instruction of some program."""
-    first = p.outputs[0].tensor
-    ids = [c.tensor for c in p.outputs]
-    ok = all(c.tensor == first + j for j, c in enumerate(p.outputs)) and first + len(p.outputs) <= p.leaves
-    checks = [Check("output ids", ok, _said(ok, f"outputs {ids} are consecutive tensor ids below {p.leaves}",
-                                            f"outputs {ids} are not consecutive tensor ids below {p.leaves}"))]
-    for k, o in enumerate(p.inputs):
-        ok = o.tensor < first and (o.index < p.step if o.kind == INSTR else o.output == 0)
-        where = (f"tensor {o.tensor} ({KIND_NAMES[o.kind] if o.kind < len(KIND_NAMES) else o.kind} {o.index}, "
-                 f"output {o.output})")
-        checks.append(Check(f"input {k} position", ok,
-                            _said(ok, f"{where} is produced before instruction {p.step}",
-                                  f"{where} cannot be an input of instruction {p.step}: it is not produced before it")))
-    return checks
+def _chunk_root(c: Chunk, t: TensorType, what: str) -> bytes:
+    """A chunk's size checked against its tensor, and the chunk root its path gives."""
+    count = chunk_count(t)
+    if c.index >= count or len(c.data) != min(CHUNK_SIZE, body_length(t) - c.index * CHUNK_SIZE):
+        raise _malformed(f"{what}: chunk {c.index} of {count} has {len(c.data)} bytes")
+    root = root_from_path(leaf_hash(c.data), c.index, count, c.path)
+    if root is None:
+        raise _not_included(f"{what}: chunk {c.index}'s path does not fit a tree of {count} chunks")
+    return root
 
 
-def _inclusion(p: StepProof, root: bytes) -> list[Check]:
-    """Every leaf, with its path, reaches one Merkle tree, and that tree with the proof's model hash and
-    leaf count is the trace root."""
-    checks = []
-    for k, o in enumerate(p.inputs):
-        leaf = leaf_hash(o.tensor, o.kind, o.index, o.output, o.type.precision, o.node,
-                         tensor_hash(o.value, o.type.dtype))
-        ok = _reaches(root_from_proof(leaf, o.tensor, p.leaves, o.path), p, root)
-        checks.append(Check(f"input {k} in trace", ok, _inclusion_text(ok, "its value", o.tensor, p.leaves, root)))
-    # The outputs' leaves commit to this instruction itself: op, tensor ids, every attribute.
-    node = node_digest(native.instr_descriptor(p.op, tuple(o.tensor for o in p.inputs),
-                                               tuple(c.tensor for c in p.outputs), p.attrs))
-    for j, c in enumerate(p.outputs):
-        leaf = leaf_hash(c.tensor, INSTR, p.step, j, c.type.precision, node, c.digest)
-        ok = _reaches(root_from_proof(leaf, c.tensor, p.leaves, c.path), p, root)
-        checks.append(Check(f"output {j} in trace", ok, _inclusion_text(ok, "its hash", c.tensor, p.leaves, root)))
-    return checks
+def _chunks_root(chunks: Sequence[Chunk], t: TensorType, what: str) -> bytes:
+    roots = {_chunk_root(c, t, f"{what}, chunk {c.index}") for c in chunks}
+    if len(roots) != 1:
+        raise _not_included(f"{what}: its chunks' paths reach different chunk roots")
+    return roots.pop()
 
 
-def _inclusion_text(ok: bool, what: str, tensor: int, leaves: int, root: bytes) -> str:
-    if ok:
-        return f"tensor {tensor} (leaf {tensor} of {leaves}) and its path lead to root {root.hex()}"
-    return (f"tensor {tensor} (leaf {tensor} of {leaves}) with its path does not lead to root {root.hex()}: "
-            f"{what}, its position, its producer or its path is not what that trace committed to")
-
-
-def _reaches(tree: bytes | None, p: StepProof, root: bytes) -> bool:
-    return tree is not None and trace_root(p.model_hash, p.leaves, tree) == root
-
-
-def _text(t: TensorType) -> str:
-    return f"{t.dtype}{list(t.shape)}" + ("" if t.precision is None else f" p{t.precision}")
-
-
-def _reexecute(p: StepProof, limits: Limits) -> list[Check]:
-    """Verify the instruction alone, over the proof's input types and values, and run it within
-    ``limits``: an instruction over them is refused (LimitError), not called invalid."""
+def _structure(p: StepProof) -> InstrRecord:
+    n_in, n_params, n_instr, n_heads, tensors = p.counts
+    if not p.step < n_instr or n_in + n_params + n_instr > tensors or len(p.inputs) != n_in:
+        raise _malformed(f"counts {list(p.counts)} with step {p.step} and {len(p.inputs)} input commitments")
+    record = decode_instr(p.record, tensors, "step_proof")
+    if record.index != p.step:
+        raise _malformed(f"the record is instruction {record.index}'s, the proof names step {p.step}")
     try:
-        program = verify_instruction(OP_BY_NAME[p.op], p.attrs, [(o.type, o.value) for o in p.inputs], limits)
-        values, _ = execute(program, {f"in{k}": o.value for k, o in enumerate(p.inputs)})
-    except LimitError:
-        raise
+        # The ISA's rules only: a run's limits apply to re-execution, once the proof is authenticated.
+        inferred = verify_types(OP_BY_NAME[record.op], record.attrs, [t for _, t in record.inputs],
+                                NOT_RUN).output_types
     except CvmError as e:
-        return [Check("instruction", False, f"{p.op} does not verify and run over the proof's inputs: "
-                                            f"{e.code}: {e.message}")]
-    checks = [Check("instruction", True, f"{p.op} verifies over the proof's input types")]
-    for j, (c, t, v) in enumerate(zip(p.outputs, program.output_types, values)):
-        ok = t == c.type
-        checks.append(Check(f"output {j} type", ok, _said(ok, f"{_text(t)}, as inferred",
-                                                          f"the proof says {_text(c.type)}; the instruction "
-                                                          f"infers {_text(t)}")))
-        got = tensor_hash(v, t.dtype)
-        ok = got == c.digest
-        checks.append(Check(f"output {j} value", ok,
-                            _said(ok, f"re-executed, it hashes to {got.hex()}, as the trace says",
-                                  f"re-executed, it hashes to {got.hex()}; the trace says {c.digest.hex()}")))
-    return checks
+        raise _malformed(f"the record's instruction does not verify ({e.code}: {e.message})") from None
+    if inferred != tuple(t for _, t in record.outputs):
+        raise _malformed(f"the record's result types {[t for _, t in record.outputs]} are not what its operands "
+                         f"give ({list(inferred)})")
+    if len(p.operands) != len(record.inputs):
+        raise _malformed(f"{len(p.operands)} operands for an instruction of {len(record.inputs)}")
+    if p.element is None:
+        if len(p.results) != len(record.outputs):
+            raise _malformed(f"{len(p.results)} results for an instruction of {len(record.outputs)}")
+    else:
+        if record.op not in elements.COVERED:
+            raise InputError("not_covered", f"{record.op} has no element proofs")
+        if p.element >= record.outputs[0][1].size:
+            raise _malformed(f"element {p.element} is not in output 0 ({record.outputs[0][1].size} elements)")
+    return record
 
 
-def _binding(p: StepProof, model: Model) -> list[Check]:
-    """The proof's instruction, ids, types and positions are the model's instruction ``step``."""
-    program = model.program
-    if p.step >= len(program.steps):
-        return [Check("model instruction", False, f"the proof names instruction {p.step}; the model's "
-                                                   f"instructions are 0 to {len(program.steps) - 1}")]
-    s = program.steps[p.step]
-    positions = trace_layout(program).positions
-    same = (p.model_hash == model.model_hash and p.leaves == len(program.types) and p.op == s.op.name
-            and attrs_to_dict(p.attrs) == attrs_to_dict(s.attrs)
-            and tuple(o.tensor for o in p.inputs) == s.inputs and tuple(c.tensor for c in p.outputs) == s.outputs
-            and all(o.type == program.types[o.tensor] and (o.kind, o.index, o.output) == positions[o.tensor]
-                    for o in p.inputs)
-            and all(c.type == program.types[c.tensor] for c in p.outputs))
-    named = f"instruction {p.step} of model {model.model_hash.hex()}: {s.op.name} {list(s.inputs)} -> {list(s.outputs)}"
-    return [Check("model instruction", same, _said(same, f"the proof is {named}",
-                                                   f"the proof ({p.op} {[o.tensor for o in p.inputs]} -> "
-                                                   f"{[c.tensor for c in p.outputs]} of model {p.model_hash.hex()}) "
-                                                   f"is not {named}"))]
+def _authenticate(p: StepProof, record: InstrRecord, trace_root_: bytes, program_root_: bytes) -> list[bytes]:
+    """Every size, path and root; returns each operand's chunk root (b'' when it carries nothing)."""
+    n_in, n_params, n_instr, n_heads, tensors = p.counts
+    tree = root_from_path(leaf_hash(p.record), n_in + n_params + p.step, n_in + n_params + n_instr + n_heads, p.path)
+    if tree is None or program_root((n_in, n_params, n_instr, n_heads, tensors), tree) != program_root_:
+        raise _not_included(f"instruction {p.step}'s record and path do not give the program root")
+    auth = _Auth(p, tree)
+    roots = []
+    reads = None
+    if p.element is not None:
+        reads = elements.footprint(record.op, record.attrs, [t for _, t in record.inputs], record.outputs[0][1],
+                                   p.element)
+    for k, ((tensor, t), o) in enumerate(zip(record.inputs, p.operands)):
+        what = f"operand {k} (tensor {tensor})"
+        if reads is None:
+            if len(o.data) != body_length(t):
+                raise _malformed(f"{what}: {len(o.data)} bytes, its body has {body_length(t)}")
+            root = tree_root(chunk_leaves(memoryview(o.data)))
+        else:
+            wanted = footprint_chunks(t, reads[k])
+            if [c.index for c in o.chunks] != wanted:
+                raise _malformed(f"{what}: carries chunks {[c.index for c in o.chunks]}; its footprint is {wanted}")
+            if not wanted:
+                if o.path:
+                    raise _malformed(f"{what}: a path for an operand that carries nothing")
+                roots.append(b"")
+                continue
+            root = _chunks_root(o.chunks, t, what)
+        auth.operand(commitment_of(t, root), tensor, o.path, what)
+        roots.append(root)
+    for j, ((tensor, t), r) in enumerate(zip(record.outputs, p.results)):
+        what = f"result {j} (tensor {tensor})"
+        if r.chunk is not None:
+            held = int(positions(t, np.array([p.element]))[0]) * lane_width(t) // CHUNK_SIZE
+            if r.chunk.index != held:
+                raise _malformed(f"{what}: chunk {r.chunk.index} does not hold element {p.element} (chunk {held})")
+            commitment = commitment_of(t, _chunk_root(r.chunk, t, what))
+        else:
+            commitment = r.commitment   # type: ignore[assignment]
+        auth.trace(commitment, tensor, r.path, what)
+    inputs = input_commitment(p.inputs)
+    if auth.trace_tree is None or trace_root(program_root_, inputs, tensors, auth.trace_tree) != trace_root_:
+        raise _not_included("the trace paths, the program root and the input commitments do not give the trace root")
+    return roots
 
 
-def check_step(p: StepProof, root: bytes, model: Model | None = None, limits: Limits = Limits()) -> list[Check]:
-    """Every check, in order; the proof holds when all are ok.
+def _lanes(chunks: Sequence[Chunk], t: TensorType, reads: np.ndarray) -> np.ndarray:
+    """The values of row-major elements ``reads`` from the chunks that hold them."""
+    lane = lane_width(t)
+    dtype = np.dtype({1: "i1", 2: "<i2", 4: "<i4"}[lane])
+    by_index = {c.index: c.data for c in chunks}
+    at = positions(t, reads) * lane
+    return np.array([int(np.frombuffer(by_index[b // CHUNK_SIZE], dtype=dtype, count=1, offset=b % CHUNK_SIZE)[0])
+                     for b in at.tolist()], dtype=np.int64)
 
-    The root binds everything the re-execution relies on, so the proof is
-    authenticated first: its ids and positions, every Merkle path (its length
-    is exact for the leaf count) and every leaf against the root.  Only then is
-    the one instruction re-executed, within ``limits`` as a run would be.  A
-    model, when given, is also compared with the proof (its hash, its
-    instruction K).
-    """
-    checks = _structure(p) + _inclusion(p, root)
-    if all(c.ok for c in checks):  # else the proof is invalid already, and nothing is run for it
-        checks += _reexecute(p, limits)
-    return checks + (_binding(p, model) if model is not None else [])
+
+def _reexecute_whole(p: StepProof, record: InstrRecord, limits: Limits) -> Verdict:
+    op = OP_BY_NAME[record.op]
+    values = [tensor_from_body(o.data, t) for (_, t), o in zip(record.inputs, p.operands)]
+    program = verify_instruction(op, record.attrs, [(t, v) for (_, t), v in zip(record.inputs, values)], limits)
+    outputs, _ = execute(program, {f"in{k}": v for k, v in enumerate(values)})
+    detail = []
+    correct = True
+    for j, ((tensor, t), r, v) in enumerate(zip(record.outputs, p.results, outputs)):
+        got = commitment_of(t, tree_root(chunk_leaves(tensor_body(v, t))))
+        correct = correct and got == r.commitment
+        detail.append(f"result {j} (tensor {tensor}): recomputed {got.hex()}, trace has {r.commitment.hex()}")  # type: ignore[union-attr]
+    return Verdict(correct, p.step, record.op, None, tuple(detail))
+
+
+def _reexecute_element(p: StepProof, record: InstrRecord) -> Verdict:
+    out = record.outputs[0][1]
+    reads = elements.footprint(record.op, record.attrs, [t for _, t in record.inputs], out, p.element)  # type: ignore[arg-type]
+    values = [_lanes(o.chunks, t, r) for (_, t), o, r in zip(record.inputs, p.operands, reads)]
+    got = elements.value(record.op, record.attrs, values)
+    (result,) = p.results
+    committed = int(_lanes((result.chunk,), out, np.array([p.element]))[0])  # type: ignore[arg-type]
+    return Verdict(got == committed, p.step, record.op, p.element,
+                   (f"element {p.element} of tensor {record.outputs[0][0]}: recomputed {got}, trace has {committed}",))
+
+
+def check_step(p: StepProof, trace_root_: bytes, program_root_: bytes, limits: Limits = Limits()) -> Verdict:
+    """The proof authenticated against the two roots, then its step re-executed: a verdict,
+    or the CvmError of a proof that is malformed (``malformed.step_proof``), not included
+    (``input.not_included``) or of an op without element proofs (``input.not_covered``)."""
+    record = _structure(p)
+    _authenticate(p, record, trace_root_, program_root_)
+    if p.element is None:
+        return _reexecute_whole(p, record, limits)
+    return _reexecute_element(p, record)

@@ -1,11 +1,11 @@
 """Comparing two traces: narrow a disagreement down to one entry and one op.
 
 Trace entries come in tensor-id order, and an instruction's inputs have
-smaller ids than its outputs, so the first instruction whose output hash
+smaller ids than its outputs, so the first instruction whose output commitment
 differs either read identical inputs (the dispute is that one op) or read a
 model input or param that already differs.  Traces of two different models
 are compared the same way, entry by entry: the first entry whose producer or
-hash differs is named (a param, an input or an instruction, with its op and
+commitment differs is named (a param, an input or an instruction, with its op and
 attributes), beside the two model hashes.
 
 ``read_trace`` reads a file: serializer.records.trace.load_trace checks every
@@ -25,7 +25,7 @@ from cvmvm.vm.verify import verify
 
 
 def read_trace(data: bytes, what: str) -> TraceFile:
-    """A trace file, checked: its root, every node digest, and every instruction output's type."""
+    """A trace file, checked: its roots, and every instruction output's type."""
     tf = load_trace(data, what)
     variables = [e for e in tf.entries if e.kind in (INPUT, PARAM)]
     # Params as inputs: the types an instruction infers do not depend on which a variable is.
@@ -54,15 +54,16 @@ def _arity(tf: TraceFile, first: Entry) -> int:
 
 
 def _describe(e: Entry) -> dict[str, Any]:
-    keys = ("kind", "index", "output", "tensor", "name", "dtype", "shape", "precision", "hash")
+    keys = ("kind", "index", "output", "tensor", "name", "dtype", "shape", "precision", "commitment")
     row = {k: e.row.get(k) for k in keys}
     if e.kind == INSTR:
         row.update(op=e.op, attrs=e.row["attrs"], inputs=list(e.inputs))
     return row
 
 
-def _position(e: Entry) -> tuple[int, int, int]:
-    return (e.kind, e.index, e.output)
+def _position(e: Entry) -> tuple[Any, ...]:
+    """What the program root commits to about an entry (its producer), besides a param's value."""
+    return (e.kind, e.index, e.output, e.type, e.op, e.attrs, e.inputs)
 
 
 def diff(a: TraceFile, b: TraceFile) -> dict[str, Any]:
@@ -74,7 +75,7 @@ def diff(a: TraceFile, b: TraceFile) -> dict[str, Any]:
                               "entries": [len(a.entries), len(b.entries)]}
     pairs = list(zip(a.entries, b.entries))
     first = next((k for k, (x, y) in enumerate(pairs)
-                  if (_position(x), x.node, x.digest) != (_position(y), y.node, y.digest)), None)
+                  if (_position(x), x.commitment) != (_position(y), y.commitment)), None)
     if first is None:
         # Entry for entry the same: the models differ only where no tensor shows it (names),
         # or one trace goes on where the other stops.
@@ -82,26 +83,26 @@ def diff(a: TraceFile, b: TraceFile) -> dict[str, Any]:
                       instruction=None)
         return report
     x, y = pairs[first]
-    program_differs = (_position(x), x.node) != (_position(y), y.node)
+    program_differs = _position(x) != _position(y)
     report.update(reason="program" if program_differs else "tensor", first_entry={"a": _describe(x), "b": _describe(y)})
     # The first instruction output whose hash differs while the program up to it agrees.
-    same_program = next((k for k, (p, q) in enumerate(pairs) if (_position(p), p.node) != (_position(q), q.node)),
+    same_program = next((k for k, (p, q) in enumerate(pairs) if _position(p) != _position(q)),
                         len(pairs))
     instr = next((k for k in range(first, same_program) if a.entries[k].kind == INSTR
-                  and a.entries[k].digest != b.entries[k].digest), None)
+                  and a.entries[k].commitment != b.entries[k].commitment), None)
     report["instruction"] = None if instr is None else _instruction(a, b, instr)
     return report
 
 
 def _instruction(a: TraceFile, b: TraceFile, k: int) -> dict[str, Any]:
     x, y = a.entries[k], b.entries[k]
-    bad_inputs = [t for t in x.inputs if a.entries[t].digest != b.entries[t].digest]
+    bad_inputs = [t for t in x.inputs if a.entries[t].commitment != b.entries[t].commitment]
     return {
         "index": x.index, "output": x.output, "tensor": x.tensor, "op": x.op, "name": x.row["name"],
         "attrs": x.row["attrs"],
         "inputs": [_describe(a.entries[t]) for t in x.inputs],
         "outputs": [_describe(e) for e in a.entries if e.kind == INSTR and e.index == x.index],
-        "output_hashes": [x.row["hash"], y.row["hash"]],
+        "output_commitments": [x.row["commitment"], y.row["commitment"]],
         "inputs_agree": not bad_inputs,
         "differing_inputs": bad_inputs,
     }
@@ -140,7 +141,7 @@ def render(report: dict[str, Any]) -> str:
     elif first["a"]["kind"] != "instr":
         t = first["a"]
         lines.append(f"{t['kind']} {t['index']} ({t['name']}, tensor {t['tensor']}) differs first: "
-                     f"{t['hash']} vs {first['b']['hash']}")
+                     f"{t['commitment']} vs {first['b']['commitment']}")
     ins = report["instruction"]
     if ins is None:
         if report["reason"] == "tensor":
@@ -151,10 +152,10 @@ def render(report: dict[str, Any]) -> str:
     attrs = ins["attrs"] if isinstance(ins["attrs"], dict) else {}
     lines.append("  attrs   " + (" ".join(f"{k}={_value(v)}" for k, v in attrs.items()) or "none"))
     for e in ins["inputs"]:
-        lines.append(f"  input   tensor {e['tensor']} {e['dtype']}{e['shape']} p{e['precision']} hash {e['hash']}")
+        lines.append(f"  input   tensor {e['tensor']} {e['dtype']}{e['shape']} p{e['precision']} commitment {e['commitment']}")
     for e in ins["outputs"]:
         lines.append(f"  output  tensor {e['tensor']} {e['dtype']}{e['shape']} p{e['precision']}")
-    lines.append(f"  output hash {ins['output_hashes'][0]} vs {ins['output_hashes'][1]}")
+    lines.append(f"  output commitment {ins['output_commitments'][0]} vs {ins['output_commitments'][1]}")
     if ins["inputs_agree"]:
         lines.append("inputs agree in both traces: the dispute is this one op")
     else:

@@ -1,5 +1,5 @@
-"""Making transaction files: from real runs (``cvmvm tx add``), from version 1
-(``cvmvm tx convert``), and generated (``cvmvm tx demo N OUT``).
+"""Making transaction files: from real runs (``cvmvm tx add``), from versions 1
+and 2 (``cvmvm tx convert``), and generated (``cvmvm tx demo N OUT``).
 
 Every file is written to a temporary name and renamed: a reader sees the old
 file or the new one, never a mix.  A transaction carries its inputs as the
@@ -26,12 +26,12 @@ import hashlib
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from isa.errors import UsageError
+from isa.errors import CvmError, InputError, MalformedError, UsageError
 from isa.types import precision_bound
 from serializer.records import transactions
 from serializer.records.receipt import Receipt
@@ -167,14 +167,46 @@ def append(path: Path, bodies: list[bytes]) -> int:
 
 
 def convert(source: Path, target: Path) -> int:
-    """A version 1 file -> a version 2 file; return the count."""
-    data = files.read_bytes(source, "transaction file", transactions.MAX_V1_BYTES)
-    if data.startswith(transactions.MAGIC):
-        raise UsageError("argument", f"{source} is already a version {transactions.TXS_VERSION} transaction file")
-    bodies = transactions.decode_v1(data)
-    with files.output_stream(target, "NEW", reads=[source]) as out:
-        writer = transactions.TxWriter(out)
-        for body in bodies:
-            writer.add_record(body)
-        writer.close()
-    return len(bodies)
+    """A version 1 or 2 file -> a file of this version; return the count.
+
+    The framing is converted; each record is carried over byte for byte, and
+    only when this cvmvm reads it.  A transaction of commitment format 1 (every
+    file of version 1 or 2 made before format 2) is not: its model hash, input
+    hashes, output hash and trace root are format 1's, and its signature signs
+    those, so no format 2 claim can be made of it.  If any record is not
+    carried over, nothing is written and the error says which and why.
+    """
+    what = f"transaction file {source}"
+    raw, _ = files.open_regular(source, "transaction file")
+    with io.BufferedReader(raw, 1 << 20) as f:
+        version = transactions.file_version(f.read(transactions.HEADER_SIZE), what)
+        if version == transactions.TXS_VERSION:
+            raise UsageError("argument", f"{source} is already a version {version} transaction file")
+        records: Iterator[transactions.Record]
+        if version == 1:
+            records = (transactions.Record(k, 0, body) for k, body in
+                       enumerate(transactions.decode_v1(files.read_bytes(source, "transaction file",
+                                                                         transactions.MAX_V1_BYTES))))
+        else:
+            records = transactions.frames(f, what)
+        format1: list[int] = []
+        with files.output_stream(target, "NEW", reads=[source]) as out:
+            writer = transactions.TxWriter(out)
+            for r in records:
+                if transactions.format1_receipt(r.body):
+                    format1.append(r.index)
+                    continue
+                try:
+                    transactions.decode_tx(r.body)
+                except CvmError as e:
+                    raise type(e)(e.reason, f"{what}: transaction {r.index}: {e.message}") from None
+                writer.add_record(r.body)
+            if format1:
+                shown = ", ".join(map(str, format1[:10])) + (", ..." if len(format1) > 10 else "")
+                raise MalformedError("txs_version", f"{what}: {len(format1)} of {writer.count + len(format1)} "
+                                                    f"transactions ({shown}) carry receipts of commitment format 1, "
+                                                    f"which cannot be carried over: their hashes and signatures "
+                                                    f"are format 1's.  Nothing was written; make the claims again "
+                                                    f"(`cvmvm run --receipt`, `cvmvm tx add`)")
+            writer.close()
+    return writer.count

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -13,15 +12,15 @@ import numpy as np
 from isa.attrs import parse_attrs
 from isa.errors import CvmError, InputError, InvalidError, LimitError, UsageError
 from isa.table import OP_BY_NAME
-from isa.types import INT32, MAX_DIM, TensorType, bitlen, vm_dtype
+from isa.types import INT32, MAX_DIM, MAX_PRECISION, MIN_PRECISION, TensorType, bitlen, precision_bound, vm_dtype
 from serializer import cortex, kinds, native
-from serializer.hashing import outputs_hash, tensor_hash
+from serializer.hashing import model_hash, outputs_hash, tensor_commitment
 from serializer.limits import MAX_GRAPH_JSON_BYTES, MAX_PARAMS_BYTES
 from cvmvm import files
 from cvmvm.vm.batching import Batch
 from cvmvm.vm.blas import hashing_alongside
 from cvmvm.vm.execute import Clipping, TensorObserver, execute, peak_bytes, prepare_inputs
-from cvmvm.vm.trace import Trace, Tracer, build_trace, tensor_name
+from cvmvm.vm.trace import Trace, Tracer, make_trace, program_layout, tensor_name
 from cvmvm.vm.verify import (DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, kept_memory, verify,
                               verify_instruction)
 
@@ -33,14 +32,14 @@ Feeds = Mapping[str, np.ndarray]
 
 @dataclass(frozen=True, eq=False)
 class Result:
-    """One run: the outputs, what they hash to, what the run cost, and what it clipped."""
+    """One run: the outputs, what they commit to, what the run cost, and what it clipped."""
 
     outputs: list[np.ndarray]            # in head order (Model.output_names)
     ops: int
-    output_hashes: tuple[bytes, ...]     # each output's tensor hash
-    output_hash: bytes                   # the hash of them all, in head order
+    output_commitments: tuple[bytes, ...]  # each output's tensor commitment (FORMAT.md section 2)
+    output_hash: bytes                   # the hash of them all, in head order (section 5)
     peak_bytes: int                      # the most tensor bytes alive at once
-    trace: Trace | None = None           # run(..., trace=True): every tensor's hash, committed by a root
+    trace: Trace | None = None           # run(..., trace=True): every tensor's commitment, under a trace root
     output_scales: tuple[float | None, ...] = ()   # FORMAT.md 1.6; () for a model without scales
     clipping: tuple[Clipping, ...] = ()  # each int32 input that had values outside its precision
     tensors: tuple[np.ndarray, ...] | None = None  # run(..., keep=True): every tensor, by tensor id
@@ -99,10 +98,15 @@ class Model:
         return self._canonical
 
     @property
+    def program_root(self) -> bytes:
+        """The root over the program's records (FORMAT.md section 3); its params are committed once."""
+        return program_layout(self.program).root
+
+    @property
     def model_hash(self) -> bytes:
-        # Every traced run commits to it: hashed once, not once per run (perf-large is 11 MB).
+        # Hashed once, not once per run (perf-large is 11 MB).
         if self._hash is None:
-            self._hash = hashlib.sha256(self.canonical_bytes).digest()
+            self._hash = model_hash(self.program_root, self.canonical_bytes)
         return self._hash
 
     @property
@@ -167,7 +171,7 @@ class Model:
         files.write_file(path, self.canonical_bytes, "model")
 
     def run(self, inputs: Feeds, trace: bool = False, keep: bool = False) -> Result:
-        """Run once.  ``trace``: hash every tensor into a Merkle-committed trace.  ``keep``: keep
+        """Run once.  ``trace``: commit every tensor into a trace (FORMAT.md section 4).  ``keep``: keep
         every tensor (``Result.tensors``, by tensor id: inputs, params, then each instruction's
         outputs, as ``cvmvm disasm`` numbers them).
 
@@ -178,7 +182,7 @@ class Model:
         if keep and limit is not None and kept_memory(self.program) > limit:
             raise LimitError("memory", f"keeping every tensor needs {kept_memory(self.program)} bytes of memory, "
                                        f"over the memory limit of {limit}")
-        tracer = Tracer(self.program, self.model_hash) if trace else None
+        tracer = Tracer(self.program) if trace else None
         kept: list[np.ndarray] = []
         observe: TensorObserver | None = tracer
         if keep:
@@ -190,10 +194,10 @@ class Model:
         with hashing_alongside(self.program) if trace else nullcontext():
             outputs, peak = execute(self.program, inputs, observe, clipped)
         if tracer is not None:
-            digests = tuple(tracer.digests[t] or b"" for t in self.program.model.outputs)
+            commitments = tuple(tracer.commitments[t] for t in self.program.model.outputs)
         else:
-            digests = tuple(tensor_hash(v, t.dtype) for v, t in zip(outputs, self.program.output_types))
-        return Result(outputs, self.program.ops, digests, outputs_hash(digests), peak,
+            commitments = tuple(tensor_commitment(v, t) for v, t in zip(outputs, self.program.output_types))
+        return Result(outputs, self.program.ops, commitments, outputs_hash(commitments), peak,
                       tracer.trace() if tracer is not None else None, self._result_scales(), tuple(clipped),
                       tuple(kept) if keep else None)
 
@@ -224,9 +228,8 @@ class Model:
         for k, (run, clipping) in enumerate(zip(self._batch.run(prepared, outputs=True), clippings)):
             if isinstance(run, CvmError):
                 raise type(run)(run.reason, f"feeds[{k}]: {run.message}")
-            results.append(Result(list(run.outputs or ()), run.ops, tuple(run.digests[t] for t in heads),
-                                  run.output_hash, peak,
-                                  build_trace(self.program, self.model_hash, run.digests) if trace else None,
+            results.append(Result(list(run.outputs or ()), run.ops, tuple(run.commitments[t] for t in heads),
+                                  run.output_hash, peak, make_trace(self.program, run.commitments) if trace else None,
                                   self._result_scales(), clipping))
         return results
 
@@ -303,6 +306,19 @@ def _run_op_type(k: int, value: np.ndarray, precision: int | None, int32_only: b
     return TensorType(shape, None, name)
 
 
+def value_type(value: np.ndarray, precision: int | None = None) -> TensorType:
+    """The VM type of an array: an int32-valued integer array is int32 of ``precision`` (default:
+    the smallest that holds its values; none when it holds INT32_MIN), any other VM dtype itself."""
+    t = _run_op_type(0, value, precision)
+    if t.precision is not None and not MIN_PRECISION <= t.precision <= MAX_PRECISION:
+        raise InputError("precision", f"precision {t.precision} must be in [1, 32]")
+    if t.precision is not None and value.size:
+        bound = precision_bound(t.precision)
+        if int(value.min()) < -bound or int(value.max()) > bound:
+            raise InputError("value", f"values outside precision {t.precision} (+-{bound})")
+    return t
+
+
 def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | None = None,
                     precisions: Sequence[int | None] | None = None,
                     limits: Limits = Limits()) -> tuple[Model, dict[str, np.ndarray]]:
@@ -346,4 +362,4 @@ def run_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str, Any] | N
     return execute(model.program, feeds)[0]
 
 
-__all__ = ["Model", "Result", "Clipping", "Limits", "load", "load_cortex", "run_op", "single_op_model"]
+__all__ = ["Model", "Result", "Clipping", "Limits", "load", "load_cortex", "run_op", "single_op_model", "value_type"]

@@ -9,10 +9,9 @@ re-verifies the program at the stacked shapes and checks that every inferred
 type is the one-by-one type scaled.
 
 ``Batch.run`` runs a list of prepared feeds that way and gives, per item,
-exactly what a one-by-one traced run commits to (every tensor hash, the output
-hash, the trace root, the ops, and on request the outputs themselves): each
-item's leaves are its own rows' hashes behind trace.py's per-program leaf
-prefixes.  Where the program cannot run stacked, or a stacked run fails, the
+exactly what a one-by-one traced run commits to (every tensor commitment, the
+output hash, the trace root, the ops, and on request the outputs themselves):
+each item's commitments are those of its own rows.  Where the program cannot run stacked, or a stacked run fails, the
 items run one at a time, so each gets its own result or its own error.
 ``Model.run_batch`` (api.py) and replay are built on it.
 """
@@ -20,7 +19,6 @@ items run one at a time, so each gets its own result or its own error.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -30,10 +28,11 @@ from isa.errors import CvmError, InputError
 from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
-from serializer.hashing import canonical_array, merkle_roots, outputs_hash, tensor_hash, tensor_header, trace_root
+from serializer.hashing import (chunk_leaves, commitment_of, input_commitment, outputs_hash, tensor_body,
+                                tensor_commitment, trace_leaf, trace_root, tree_root, tree_roots)
 from serializer.model import Input, Model as ModelIR
 from cvmvm.vm.execute import execute, prepare_inputs
-from cvmvm.vm.trace import Tracer, trace_layout
+from cvmvm.vm.trace import Tracer, program_layout
 from cvmvm.vm.verify import Program, Step, verify
 
 BATCH_BYTES = 1 << 28   # tensor bytes one batch may hold, summed over every batched tensor
@@ -178,32 +177,25 @@ class Verified(Protocol):
     @property
     def program(self) -> Program: ...
 
-    @property
-    def model_hash(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
 class TracedRun:
     """What one traced run commits to, as Model.run(..., trace=True) computes it."""
 
-    digests: tuple[bytes, ...]  # every tensor's hash, by tensor id (the inputs' first, in input order)
+    commitments: tuple[bytes, ...]  # every tensor's commitment, by tensor id (the inputs' first, in input order)
     output_hash: bytes
     trace_root: bytes
     ops: int
     outputs: tuple[np.ndarray, ...] | None = None  # the outputs in head order, when asked for
 
 
-def _row_hashes(value: np.ndarray, t: TensorType, count: int) -> list[bytes]:
-    """tensor_hash of each of ``count`` equal row blocks of ``value`` (each of type ``t``)."""
-    data = canonical_array(value, t.dtype).data.cast("B")
-    size = len(data) // count
-    base = hashlib.sha256(tensor_header(t.dtype, t.shape))
-    digests = []
-    for i in range(count):
-        h = base.copy()
-        h.update(data[i * size:(i + 1) * size])
-        digests.append(h.digest())
-    return digests
+def _row_commitments(value: np.ndarray, t: TensorType, count: int) -> list[bytes]:
+    """The commitment of each of ``count`` equal row blocks of ``value`` (each of type ``t``).
+    Stacking along axis 0 keeps each item's committed body contiguous, in either order."""
+    body = tensor_body(value, dataclasses.replace(t, shape=(t.shape[0] * count, *t.shape[1:])))
+    size = len(body) // count
+    return [commitment_of(t, tree_root(chunk_leaves(body[i * size:(i + 1) * size]))) for i in range(count)]
 
 
 def prepare_feeds(program: Program, inputs: Mapping[str, object] | Iterable[tuple[str, object]]) -> list[np.ndarray]:
@@ -255,15 +247,15 @@ class Batch:
 def _run_one(model: Verified, feeds: Sequence[np.ndarray], outputs: bool) -> TracedRun | CvmError:
     program = model.program
     names = [i.name for i in program.model.inputs]
-    tracer = Tracer(program, model.model_hash)
+    tracer = Tracer(program)
     try:
         values, _ = execute(program, dict(zip(names, feeds)), tracer)
     except CvmError as e:
         return e
     trace = tracer.trace()
-    digests = tuple(e.digest for e in trace.entries)
-    return TracedRun(digests, outputs_hash([digests[t] for t in program.model.outputs]), trace.root, program.ops,
-                     tuple(values) if outputs else None)
+    commitments = trace.commitments
+    return TracedRun(commitments, outputs_hash([commitments[t] for t in program.model.outputs]), trace.root,
+                     program.ops, tuple(values) if outputs else None)
 
 
 def _rows(value: np.ndarray, stacked: bool, count: int) -> list[np.ndarray]:
@@ -275,29 +267,30 @@ def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program, columns:
                  count: int, outputs: bool) -> list[TracedRun]:
     program = model.program
     stacked_inputs = {i.name: c for i, c in zip(program.model.inputs, columns)}
-    layout = trace_layout(program)
-    # By tensor id: one digest and leaf per item (stacked), or one shared by every item (a constant).
-    digests: list[Any] = [None] * len(program.types)
-    leaves: list[Any] = [None] * len(program.types)
+    # By tensor id: one commitment per item (stacked), or one shared by every item (a constant).
+    commitments: list[Any] = [None] * len(program.types)
+    first_param = len(program.model.inputs)
+    layout = program_layout(program)
+    params = layout.params
 
     def observe(t: int, value: np.ndarray) -> None:
-        if plan[t]:
-            digests[t] = _row_hashes(value, program.types[t], count)
-            leaves[t] = layout.leaves(t, digests[t])
+        if first_param <= t < first_param + len(params):
+            commitments[t] = [params[t - first_param]] * count
+        elif plan[t]:
+            commitments[t] = _row_commitments(value, program.types[t], count)
         else:
-            digest = tensor_hash(value, program.types[t].dtype)
-            digests[t], leaves[t] = [digest] * count, [layout.leaf(t, digest)] * count
+            commitments[t] = [tensor_commitment(value, program.types[t])] * count
 
     values, _ = execute(big, stacked_inputs, observe)
-    model_hash = model.model_hash
     heads = program.model.outputs
     per_item: list[tuple[np.ndarray, ...] | None] = [None] * count
     if outputs:
         rows = [_rows(v, plan[t], count) for t, v in zip(heads, values)]
         per_item = [tuple(r[i] for r in rows) for i in range(count)]
     results = []
-    trees = merkle_roots(leaves)
-    for own, tree, own_outputs in zip(zip(*digests), trees, per_item):
-        root = trace_root(model_hash, len(leaves), tree)
+    trees = tree_roots([[trace_leaf(c) for c in column] if plan[t] else [trace_leaf(column[0])] * count
+                        for t, column in enumerate(commitments)])
+    for own, tree, own_outputs in zip(zip(*commitments), trees, per_item):
+        root = trace_root(layout.root, input_commitment(own[:first_param]), len(own), tree)
         results.append(TracedRun(own, outputs_hash([own[t] for t in heads]), root, program.ops, own_outputs))
     return results

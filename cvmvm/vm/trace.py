@@ -1,111 +1,107 @@
-"""Traces: a hash of every tensor a run produces, committed by a Merkle root.
+"""Traces (docs/FORMAT.md sections 3-4): every tensor of a run committed, under a trace
+root that binds the program root and the input commitment.
 
-Tensor ids are visited in order (inputs, params, then each instruction's
-outputs), so the leaf list of a trace is fixed by the program alone; only the
-tensor hashes depend on the data.
+``program_layout`` is what a program fixes, computed once per program: each
+tensor's position, the params' commitments, the program records, their tree and
+the program root.  A ``Tracer`` observes a run and commits each tensor once, as
+it is produced.
 
-Hashing is a large share of a traced run, and hashlib releases the GIL on
-large buffers: a background thread hashes one tensor while the next kernel
-runs.  Each digest is stored under its tensor id, so the order in which they
-finish changes nothing.  The thread never keeps a tensor alive past its last
-use: verification's memory bound counts a tensor only while it is live, so a
-tensor about to be freed is waited for, and one that dies at once is hashed
-at once.
+Hashing is most of a traced run's extra cost.  A tensor's body is cut into
+blocks of ``BLOCK_CHUNKS`` chunks; the root of each block is computed by one of
+two hashing threads (hashlib releases the GIL on a chunk, so both cores hash
+while the next kernel runs), and the block roots fold into the chunk root:
+in an RFC 6962 tree the nodes at height m are exactly the roots of consecutive
+2^m-leaf blocks.  Each commitment is stored under its tensor id, so the order in
+which the threads finish changes nothing.  The threads never keep a tensor (or
+its committed body) past its last use: verification's memory bound counts a
+tensor only while it is live, so a tensor about to be freed is waited for
+(one that dies at once included).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from isa.errors import InternalError
-from serializer import native
-from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, leaf_prefix, merkle_root, node_digest,
-                                tensor_hash, trace_root)
-from serializer.model import Input, Param
+from serializer.hashing import (CHUNK_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, audit_path, chunk_leaves, commitment_of,
+                                input_commitment, leaf_hash, program_root, tensor_body, tensor_commitment, trace_leaf,
+                                trace_root, tree_levels, tree_root)
+from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.records.trace import entry_to_json, trace_doc
 from cvmvm.vm.verify import Program
 
+
 @dataclass(frozen=True)
-class TraceLayout:
-    """What every leaf of a program's trace commits to besides the tensor hash (FORMAT.md section 3),
-    and what each tensor is called."""
+class ProgramLayout:
+    """What a program fixes about its traces and its program root (FORMAT.md sections 3-4)."""
 
     positions: tuple[tuple[int, int, int], ...]  # (kind, index, output) by tensor id
-    nodes: tuple[bytes, ...]                     # node digest of each tensor's producer, by tensor id
-    prefixes: tuple[bytes, ...]                  # leaf preimage up to the tensor hash, by tensor id
     labels: tuple[tuple[str | None, str], ...]   # (producing op, or None for a variable; name), by tensor id
+    params: tuple[bytes, ...]                    # the params' commitments
+    counts: tuple[int, int, int, int, int]       # I, P, N, H, T
+    records: tuple[bytes, ...]                   # inputs, params, instructions, heads
+    levels: list[list[bytes]]                    # the records' tree
+    dying: dict[int, frozenset[int]]             # the tensors execution frees once this one is made
 
-    def leaf(self, tensor: int, digest: bytes) -> bytes:
-        """Tensor ``tensor``'s trace leaf, given its hash."""
-        return self.leaves(tensor, (digest,))[0]
+    @property
+    def root(self) -> bytes:
+        return program_root(self.counts, self.levels[-1][0])
 
-    def leaves(self, tensor: int, digests: Iterable[bytes]) -> list[bytes]:
-        """Tensor ``tensor``'s trace leaf in each of several runs, given its hash in each."""
-        prefix = self.prefixes[tensor]
-        return [hashlib.sha256(prefix + d).digest() for d in digests]
+    def path(self, leaf: int) -> list[bytes]:
+        return audit_path(self.levels, leaf)
+
+    def instruction_leaf(self, step: int) -> int:
+        return self.counts[0] + self.counts[1] + step
 
 
-def _layout(program: Program) -> TraceLayout:
+def _layout(program: Program) -> ProgramLayout:
     model = program.model
-    positions: list[tuple[int, int, int]] = []
-    nodes: list[bytes] = []
-    labels: list[tuple[str | None, str]] = []
-    variables: tuple[tuple[int, tuple[Input | Param, ...]], ...] = ((INPUT, model.inputs), (PARAM, model.params))
-    for kind, of_kind in variables:
-        for k, v in enumerate(of_kind):
-            positions.append((kind, k, 0))
-            nodes.append(node_digest(native.variable_descriptor(v.type)))
-            labels.append((None, v.name))
+    types = program.types
+    n_in = len(model.inputs)
+    positions = [(INPUT, k, 0) for k in range(n_in)] + [(PARAM, k, 0) for k in range(len(model.params))]
+    labels: list[tuple[str | None, str]] = [(None, v.name) for v in model.inputs]
+    labels += [(None, p.name) for p in model.params]
     for step in program.steps:
-        node = node_digest(native.instr_descriptor(step.op.name, step.inputs, step.outputs, step.attrs))
-        for j in range(len(step.outputs)):
-            positions.append((INSTR, step.index, j))
-            nodes.append(node)
-            labels.append((step.op.name, step.name))
-    prefixes = tuple(leaf_prefix(t, *pos, program.types[t].precision, node)
-                     for t, (pos, node) in enumerate(zip(positions, nodes)))
-    return TraceLayout(tuple(positions), tuple(nodes), prefixes, tuple(labels))
-
-
-@dataclass
-class _PerProgram:
-    """What is fixed by a program, so computed once, not once per run: its trace
-    layout, the digests of its read-only params, and which tensors die once each
-    tensor is made (the last output of step i: free_after[i])."""
-
-    layout: TraceLayout | None
-    params: list[bytes | None]
-    dying: dict[int, frozenset[int]]
+        positions += [(INSTR, step.index, j) for j in range(len(step.outputs))]
+        labels += [(step.op.name, step.name)] * len(step.outputs)
+    params = tuple(tensor_commitment(p.value, p.type) for p in model.params)
+    records = [input_record(k, v.type) for k, v in enumerate(model.inputs)]
+    records += [param_record(n_in + j, c) for j, c in enumerate(params)]
+    records += [instr_record(s.index, s.op.name, [(t, types[t]) for t in s.inputs], [(t, types[t]) for t in s.outputs],
+                             s.attrs) for s in program.steps]
+    records += [head_record(h, t) for h, t in enumerate(model.outputs)]
+    counts = (n_in, len(model.params), len(program.steps), len(model.outputs), len(types))
+    # The last output of step i is the tensor after which execution frees free_after[i].
+    dying = {s.outputs[-1]: frozenset(program.free_after[s.index]) for s in program.steps}
+    return ProgramLayout(tuple(positions), tuple(labels), params, counts, tuple(records),
+                         tree_levels([leaf_hash(r) for r in records]), dying)
 
 
 # By id(program), dropped when the program is.
-_per_program: dict[int, _PerProgram] = {}
+_layouts: dict[int, ProgramLayout] = {}
+_layouts_lock = threading.Lock()
 
 
-def _cached(program: Program) -> _PerProgram:
+def program_layout(program: Program) -> ProgramLayout:
+    """The program's layout; its params are committed on the first call only."""
     key = id(program)
-    entry = _per_program.get(key)
-    if entry is None:
-        dying = {s.outputs[-1]: frozenset(program.free_after[s.index]) for s in program.steps}
-        entry = _per_program[key] = _PerProgram(None, [None] * len(program.model.params), dying)
-        weakref.finalize(program, _per_program.pop, key, None)
-    return entry
-
-
-def trace_layout(program: Program) -> TraceLayout:
-    entry = _cached(program)
-    if entry.layout is None:
-        entry.layout = _layout(program)
-    return entry.layout
+    with _layouts_lock:
+        layout = _layouts.get(key)
+    if layout is None:
+        layout = _layout(program)
+        with _layouts_lock:
+            if key not in _layouts:
+                _layouts[key] = layout
+                weakref.finalize(program, _layouts.pop, key, None)
+    return layout
 
 
 @dataclass(frozen=True)
@@ -119,20 +115,20 @@ class Entry(TraceEntry):
     shape: tuple[int, ...]
 
     @property
-    def hash_hex(self) -> str:
-        return self.digest.hex()
+    def commitment_hex(self) -> str:
+        return self.commitment.hex()
 
     def __repr__(self) -> str:
         what = KIND_NAMES[self.kind] if self.op is None else f"{self.op} (instruction {self.index})"
         prec = "" if self.precision is None else f" p{self.precision}"
         return (f"<trace entry: tensor {self.tensor} {self.name}, {what}, {self.dtype}{list(self.shape)}{prec}, "
-                f"hash {self.hash_hex}>")
+                f"commitment {self.commitment_hex}>")
 
 
 def tensor_name(program: Program, tensor: int) -> str:
     """A tensor's name: its variable's, its instruction's, or ``name:j`` for output j of an
     instruction with several outputs."""
-    layout = trace_layout(program)
+    layout = program_layout(program)
     name = layout.labels[tensor][1]
     kind, index, output = layout.positions[tensor]
     return f"{name}:{output}" if kind == INSTR and len(program.steps[index].outputs) > 1 else name
@@ -140,105 +136,109 @@ def tensor_name(program: Program, tensor: int) -> str:
 
 @dataclass(frozen=True)
 class Trace:
-    entries: tuple[Entry, ...]
-    tree: bytes   # Merkle root of the leaves: what inclusion proofs reach
-    root: bytes   # the trace root: commits to the model hash, the leaf count and the tree
+    entries: tuple[Entry, ...]        # by tensor id
+    levels: list[list[bytes]]         # the trace tree over the entries' leaves
+    inputs: bytes                     # the input commitment
+    root: bytes                       # the trace root
 
     @property
-    def leaves(self) -> list[bytes]:
-        return [e.leaf for e in self.entries]
+    def commitments(self) -> tuple[bytes, ...]:
+        return tuple(e.commitment for e in self.entries)
+
+    def path(self, tensor: int) -> list[bytes]:
+        return audit_path(self.levels, tensor)
 
 
-# Below this size a tensor is hashed at once: handing it to the thread costs more.
+def make_trace(program: Program, commitments: Sequence[bytes | None]) -> Trace:
+    """The trace of a run whose tensors have these commitments (by tensor id)."""
+    layout = program_layout(program)
+    types = program.types
+    known = [c for c in commitments if c is not None]
+    if len(known) != len(types):
+        raise InternalError("trace", f"{len(types) - len(known)} tensors of the run were never committed")
+    entries = tuple(Entry(*layout.positions[t], t, types[t].precision, c, *layout.labels[t], types[t].dtype,
+                          types[t].shape) for t, c in enumerate(known))
+    commitments = known
+    levels = tree_levels([trace_leaf(c) for c in commitments])
+    inputs = input_commitment(commitments[:layout.counts[0]])
+    return Trace(entries, levels, inputs, trace_root(layout.root, inputs, len(commitments), levels[-1][0]))
+
+
+# A hashing task: the root of this many chunks (1 MiB).  A power of two, so that
+# block roots are nodes of the tensor's chunk tree.
+BLOCK_CHUNKS = 256
+BLOCK_BYTES = BLOCK_CHUNKS * CHUNK_SIZE
+# Below this size a tensor is committed at once: handing it to a thread costs more.
 BACKGROUND_MIN_BYTES = 1 << 16
-# When the thread is already behind by this much, the executing thread hashes
-# the next tensor itself: both share the hashing, and the memory held for it
-# stays bounded.
-MAX_BACKLOG_BYTES = 1 << 22
+# When the threads are behind by this much, the executing thread commits the next
+# tensor itself: all three share the hashing, and the memory held for it stays bounded.
+MAX_BACKLOG_BYTES = 1 << 23
 
-_hasher_lock = threading.Lock()
-_hasher: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None
 
 
-def _background() -> ThreadPoolExecutor:
-    """The one hashing thread of this process (a forked child starts its own)."""
-    global _hasher
-    with _hasher_lock:
-        if _hasher is None or _hasher[0] != os.getpid():
-            _hasher = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="cvmvm-hash"))
-        return _hasher[1]
+def _hashers() -> ThreadPoolExecutor:
+    """The two hashing threads of this process (a forked child starts its own)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="cvmvm-hash"))
+        return _pool[1]
+
+
+def _block_root(body: memoryview) -> bytes:
+    return tree_root(chunk_leaves(body))
 
 
 class Tracer:
-    """An execution observer that hashes each tensor once, as it is produced."""
+    """An execution observer that commits each tensor once, as it is produced."""
 
-    def __init__(self, program: Program, model_hash: bytes) -> None:
+    def __init__(self, program: Program) -> None:
         self.program = program
-        self.model_hash = model_hash
-        self._digests: list[bytes | None] = [None] * len(program.types)
-        self._pending: deque[tuple[int, int, Future[bytes]]] = deque()  # (tensor, its bytes, its hash), in order
+        self.layout = program_layout(program)
+        self._commitments: list[bytes | None] = [None] * len(program.types)
+        self._pending: deque[tuple[int, int, list[Future[bytes]]]] = deque()  # (tensor, bytes, block roots)
         self._backlog = 0
         self._first_param = len(program.model.inputs)
-        cached = _cached(program)
-        self._params = cached.params
-        self._dying = cached.dying
-        self._fresh_params: list[int] = []
 
     def __call__(self, tensor: int, value: np.ndarray) -> None:
         k = tensor - self._first_param
-        constant = (0 <= k < len(self._params) and value is self.program.model.params[k].value
-                    and not value.flags.writeable)
-        if constant and self._params[k] is not None:
-            self._digests[tensor] = self._params[k]
+        params = self.program.model.params
+        if 0 <= k < len(params) and value is params[k].value and not value.flags.writeable:
+            self._commitments[tensor] = self.layout.params[k]
             return
-        dtype = self.program.types[tensor].dtype
-        # One thread works in order, so the finished ones are at the front.
-        while self._pending and self._pending[0][2].done():
+        while self._pending and all(f.done() for f in self._pending[0][2]):
             self._collect()
-        dying = self._dying.get(tensor, frozenset())
-        if (value.nbytes < BACKGROUND_MIN_BYTES or tensor in dying
-                or (self._backlog and self._backlog + value.nbytes > MAX_BACKLOG_BYTES)):
-            self._digests[tensor] = tensor_hash(value, dtype)
+        t = self.program.types[tensor]
+        body = tensor_body(value, t)
+        size = len(body)
+        dying = self.layout.dying.get(tensor, frozenset())
+        if size < BACKGROUND_MIN_BYTES or (self._backlog and self._backlog + size > MAX_BACKLOG_BYTES):
+            self._commitments[tensor] = commitment_of(t, tree_root(chunk_leaves(body)))
         else:
-            self._pending.append((tensor, value.nbytes, _background().submit(tensor_hash, value, dtype)))
-            self._backlog += value.nbytes
-        if constant:
-            self._fresh_params.append(k)
-        # Execution frees these as soon as this call returns.
-        while dying and any(t in dying for t, _, _ in self._pending):
+            pool = _hashers()
+            blocks = [pool.submit(_block_root, body[i:i + BLOCK_BYTES]) for i in range(0, size, BLOCK_BYTES)]
+            self._pending.append((tensor, size, blocks))
+            self._backlog += size
+        # Execution frees these as soon as this call returns (this one too, when nothing reads it).
+        while dying and any(p[0] in dying for p in self._pending):
             self._collect()
-
-    @property
-    def digests(self) -> list[bytes | None]:
-        """Every tensor's hash so far, by tensor id (waits for the background thread)."""
-        while self._pending:
-            self._collect()
-        for k in self._fresh_params:
-            self._params[k] = self._digests[self._first_param + k]
-        self._fresh_params.clear()
-        return self._digests
 
     def _collect(self) -> None:
-        tensor, size, future = self._pending.popleft()
-        self._digests[tensor] = future.result()
+        tensor, size, blocks = self._pending.popleft()
+        self._commitments[tensor] = commitment_of(self.program.types[tensor], tree_root([f.result() for f in blocks]))
         self._backlog -= size
 
+    @property
+    def commitments(self) -> list[bytes]:
+        """Every tensor's commitment so far, by tensor id (waits for the hashing threads)."""
+        while self._pending:
+            self._collect()
+        return self._commitments  # type: ignore[return-value]
+
     def trace(self) -> Trace:
-        return build_trace(self.program, self.model_hash, self.digests)
-
-
-def build_trace(program: Program, model_hash: bytes, digests: Sequence[bytes | None]) -> Trace:
-    """The trace of a run of ``program`` whose every tensor hashed to ``digests`` (by tensor id)."""
-    layout = trace_layout(program)
-    types = program.types
-    known = [d for d in digests if d is not None]
-    if len(known) != len(types):
-        raise InternalError("trace", f"{len(types) - len(known)} tensors of the run were never hashed")
-    entries = tuple(Entry(kind, index, out, t, types[t].precision, node, d, op, name, types[t].dtype, types[t].shape)
-                    for t, ((kind, index, out), node, d, (op, name))
-                    in enumerate(zip(layout.positions, layout.nodes, known, layout.labels)))
-    tree = merkle_root([layout.leaf(t, d) for t, d in enumerate(known)])
-    return Trace(entries, tree, trace_root(model_hash, len(entries), tree))
+        return make_trace(self.program, self.commitments)
 
 
 def trace_to_json(program: Program, trace: Trace, model_hash: bytes) -> dict[str, Any]:
@@ -253,4 +253,4 @@ def trace_to_json(program: Program, trace: Trace, model_hash: bytes) -> dict[str
             rows.append(entry_to_json(e, t, step.name, (step.op.name, step.inputs, step.attrs)))
         else:
             rows.append(entry_to_json(e, t, (model.inputs[e.index] if e.kind == INPUT else model.params[e.index]).name))
-    return trace_doc(model_hash, trace.root, rows)
+    return trace_doc(model_hash, program_layout(program).root, trace.inputs, trace.root, model.outputs, rows)

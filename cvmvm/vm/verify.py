@@ -67,6 +67,11 @@ class Limits:
     work: int | None = DEFAULT_WORK_LIMIT      # work units of a run
 
 
+# What a model verified but not run here is held to (cvmvm hash, convert, disasm, store add, the
+# record of a step proof before it is authenticated): the ISA's rules only.
+NOT_RUN = Limits(memory=None, work=None)
+
+
 @dataclass(frozen=True)
 class Step:
     """One verified instruction: everything execution needs, nothing it must re-check."""
@@ -335,9 +340,15 @@ def verify_instruction(op: OpDef, attrs: Any, inputs: Sequence[tuple[TensorType,
             bound = precision_bound(t.precision)
             if int(value.min()) < -bound or int(value.max()) > bound:
                 raise InputError("value", f"input {k}: values outside precision {t.precision} (+-{bound})")
-    n = len(inputs)
+    return verify_types(op, attrs, [t for t, _ in inputs], limits)
+
+
+def verify_types(op: OpDef, attrs: Any, types: Sequence[TensorType], limits: Limits = Limits()) -> Program:
+    """``op`` alone, as a program over inputs in0, in1, ... of these types: every static rule,
+    no value (what a step proof's record must pass before anything reads its tensors)."""
+    n = len(types)
     outputs = tuple(range(n, n + len(op.outputs)))
-    return verify(Model(tuple(Input(f"in{k}", t) for k, (t, _) in enumerate(inputs)), (),
+    return verify(Model(tuple(Input(f"in{k}", t) for k, t in enumerate(types)), (),
                         (Instr(op.name, attrs, tuple(range(n)), outputs),), outputs), limits)
 
 

@@ -1,18 +1,21 @@
-"""The trace file (docs/FORMAT.md section 5): a run's every tensor hash as JSON, self-describing
-enough to name the op at a disagreement without the model.
+"""The trace file (docs/FORMAT.md section 6): a run's every tensor commitment as JSON,
+self-describing enough to name the op at a disagreement without the model.
 
 Written by cvmvm.vm.trace.trace_to_json (through ``entry_to_json`` and
 ``trace_doc``) and ``trace_bytes`` (one JSON document) or ``trace_lines``
 (JSON lines: a header, then one entry per line, so line-based diff tools work
 on two traces); read back, in either form, by ``load_trace``, which checks
-every entry, recomputes each entry's node digest from the fields it shows and
-the root from them, so no field the root commits to can be rewritten.
+every entry and recomputes from the fields it shows the program root (the
+records of FORMAT.md section 3: input types, param commitments, each
+instruction's op, attributes and typed tensor ids, the outputs), the input
+commitment and the trace root, so no field the root commits to can be rewritten.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -21,12 +24,12 @@ from isa.errors import CvmError, LimitError, MalformedError
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer import strict
-from serializer.hashing import (HASH_SIZE, INPUT, INSTR, KIND_NAMES, TraceEntry, leaf_hash, merkle_root, node_digest,
-                                trace_root)
-from serializer.native import instr_descriptor, variable_descriptor
+from serializer.hashing import (HASH_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, input_commitment, leaf_hash,
+                                program_root, trace_leaf, trace_root, tree_root)
+from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.strict import MAX_ITEMS, MAX_NAME, Reader
 
-TRACE_VERSION = 1
+TRACE_VERSION = 2
 TRACE_FORMAT = f"cvmvm-trace/{TRACE_VERSION}"
 # A trace entry is a few hundred bytes of JSON; parsed, each byte costs some ten of memory.
 MAX_TRACE_BYTES = 1 << 28
@@ -36,11 +39,11 @@ MAX_ENTRIES = 1 << 22
 
 def entry_to_json(e: TraceEntry, t: TensorType, name: str,
                   instr: tuple[str, Sequence[int], Any] | None = None) -> dict[str, Any]:
-    """One entry: its position, type, node and hash; ``instr`` (op, input tensor ids, attribute
+    """One entry: its position, type and commitment; ``instr`` (op, input tensor ids, attribute
     record) for an instruction's output."""
     row: dict[str, Any] = {"kind": KIND_NAMES[e.kind], "index": e.index, "output": e.output,
                            "tensor": e.tensor, "dtype": t.dtype, "shape": list(t.shape),
-                           "precision": t.precision, "node": e.node.hex(), "hash": e.digest.hex()}
+                           "precision": t.precision, "commitment": e.commitment.hex()}
     if instr is not None:
         op, inputs, attrs = instr
         row.update(op=op, name=name, inputs=list(inputs),
@@ -50,8 +53,12 @@ def entry_to_json(e: TraceEntry, t: TensorType, name: str,
     return row
 
 
-def trace_doc(model_hash: bytes, root: bytes, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"format": TRACE_FORMAT, "model_hash": model_hash.hex(), "root": root.hex(), "entries": rows}
+def trace_doc(model_hash: bytes, program_root: bytes, inputs: bytes, root: bytes, outputs: Sequence[int],
+              rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``outputs``: the program's output tensor ids (its head records, so the program root can be
+    recomputed from the file)."""
+    return {"format": TRACE_FORMAT, "model_hash": model_hash.hex(), "program_root": program_root.hex(),
+            "input_commitment": inputs.hex(), "outputs": list(outputs), "root": root.hex(), "entries": rows}
 
 
 def _line(value: Any) -> str:
@@ -92,6 +99,10 @@ def read_trace(data: bytes, what: str) -> dict[str, Any]:
         doc = _from_lines(text, what)
         if doc is None:
             raise e from None
+    if type(doc) is dict and type(doc.get("format")) is str and doc["format"].startswith("cvmvm-trace/") \
+            and doc["format"] != TRACE_FORMAT:
+        raise MalformedError("trace", f"{what}: a trace file of version {doc['format'].split('/', 1)[1][:20]!r}; "
+                                      f"this cvmvm reads {TRACE_FORMAT}")
     if type(doc) is not dict or doc.get("format") != TRACE_FORMAT or type(doc.get("entries")) is not list:
         raise MalformedError("trace", f"{what}: not a {TRACE_FORMAT} file")
     return doc
@@ -104,8 +115,7 @@ class Entry:
     output: int
     tensor: int
     type: TensorType
-    node: bytes
-    digest: bytes
+    commitment: bytes
     row: dict[str, Any]  # the entry as the file has it (name, dtype, shape, op, attrs, ...)
     op: str = ""                   # an instruction output's op, attributes and input tensor ids
     attrs: Any = None
@@ -117,7 +127,7 @@ class Entry:
 
 
 _READER = Reader("trace")
-ENTRY_KEYS = {"kind", "index", "output", "tensor", "dtype", "shape", "precision", "node", "hash", "name"}
+ENTRY_KEYS = {"kind", "index", "output", "tensor", "dtype", "shape", "precision", "commitment", "name"}
 INSTR_KEYS = ENTRY_KEYS | {"op", "inputs", "attrs"}
 
 
@@ -166,7 +176,7 @@ def _entry(row: Any, where: str) -> Entry:
         raise MalformedError("trace", f"{where}: keys {sorted(row)} must be exactly {sorted(keys)}")
     _name(row, where)
     base = (kind, _int(row, "index", where), _int(row, "output", where), _int(row, "tensor", where),
-            _type(row, where), _hex_hash(row, "node", where), _hex_hash(row, "hash", where), row)
+            _type(row, where), _hex_hash(row, "commitment", where), row)
     if kind != INSTR:
         return Entry(*base)
     op = OP_BY_NAME.get(row["op"]) if type(row["op"]) is str else None
@@ -216,54 +226,81 @@ def _positions(entries: tuple[Entry, ...], what: str) -> None:
         last = e.kind
 
 
-def _node(e: Entry, outputs: tuple[int, ...]) -> bytes:
-    """The node digest an entry's own fields commit to (FORMAT.md section 3)."""
-    if e.kind == INSTR:
-        return node_digest(instr_descriptor(e.op, e.inputs, outputs, e.attrs))
-    return node_digest(variable_descriptor(e.type))
-
-
 @dataclass(frozen=True)
 class TraceFile:
     model_hash: str
+    program_root: str
+    input_commitment: str
     root: str
     entries: tuple[Entry, ...]
 
 
+DOC_KEYS = {"format", "model_hash", "program_root", "input_commitment", "outputs", "root", "entries"}
+
+
+def _program_root(entries: tuple[Entry, ...], heads: list[int], what: str) -> bytes:
+    """The program root the entries and the output ids spell (FORMAT.md section 3)."""
+    outputs: dict[int, list[int]] = {}
+    for e in entries:
+        if e.kind == INSTR:
+            outputs.setdefault(e.index, []).append(e.tensor)
+    records = []
+    for e in entries:
+        if e.kind == INPUT:
+            records.append(input_record(e.tensor, e.type))
+        elif e.kind == PARAM:
+            records.append(param_record(e.tensor, e.commitment))
+        elif e.output == 0:
+            if len(outputs[e.index]) != len(OP_BY_NAME[e.op].outputs):
+                raise MalformedError("trace", f"{what}: entries[{e.tensor}]: instruction {e.index} ({e.op}) has "
+                                              f"{len(OP_BY_NAME[e.op].outputs)} outputs, the file lists "
+                                              f"{len(outputs[e.index])}")
+            try:
+                records.append(instr_record(e.index, e.op, [(t, entries[t].type) for t in e.inputs],
+                                            [(t, entries[t].type) for t in outputs[e.index]], e.attrs))
+            except (struct.error, ValueError) as exc:   # more operands than a record counts
+                raise MalformedError("trace", f"{what}: entries[{e.tensor}]: not an instruction record ({exc})") \
+                    from None
+    records += [head_record(h, t) for h, t in enumerate(heads)]
+    counts = [sum(e.kind == k for e in entries) for k in (INPUT, PARAM)] + [len(outputs), len(heads), len(entries)]
+    return program_root(counts, tree_root([leaf_hash(r) for r in records]))
+
+
 def load_trace(data: bytes, what: str) -> TraceFile:
-    """A trace file, every field the root commits to recomputed from the entries: each entry's
-    node digest from its op, attributes and tensor ids (or its variable type), then the root
-    from the leaves.  (That an instruction's outputs have the types its inputs imply needs
-    the verifier: cvmvm.tx.tracediff.read_trace.)"""
+    """A trace file, every field the root commits to recomputed from the entries: the program
+    root from their types, param commitments, ops, attributes and tensor ids (and the output
+    ids), the input commitment from the input entries, then the trace root.  (That an
+    instruction's outputs have the types its inputs imply needs the verifier:
+    cvmvm.tx.tracediff.read_trace.)"""
     if len(data) > MAX_TRACE_BYTES:
         raise LimitError("bytes", f"{what}: {len(data)} bytes exceed the limit of {MAX_TRACE_BYTES}")
     doc = read_trace(data, what)
-    if set(doc) != {"format", "model_hash", "root", "entries"}:
-        raise MalformedError("trace", f"{what}: keys {sorted(doc)} must be exactly entries, format, model_hash, root")
+    if set(doc) != DOC_KEYS:
+        raise MalformedError("trace", f"{what}: keys {sorted(doc)} must be exactly {sorted(DOC_KEYS)}")
     if len(doc["entries"]) > MAX_ENTRIES:
         raise MalformedError("trace", f"{what}: {len(doc['entries'])} entries exceed {MAX_ENTRIES}")
     entries = tuple(_entry(row, f"{what}: entries[{k}]") for k, row in enumerate(doc["entries"]))
     if not entries:
         raise MalformedError("trace", f"{what}: a trace has at least one entry")
     _positions(entries, what)
-    model_hash = doc["model_hash"]
-    if type(model_hash) is not str or not re.fullmatch("[0-9a-f]{64}", model_hash):
-        raise MalformedError("trace", f"{what}: model_hash must be {2 * HASH_SIZE} lowercase hex digits")
-    outputs: dict[int, tuple[int, ...]] = {}
-    for e in entries:
-        if e.kind == INSTR:
-            outputs[e.index] = outputs.get(e.index, ()) + (e.tensor,)
-    for e in entries:
-        if e.kind == INSTR and len(outputs[e.index]) != len(OP_BY_NAME[e.op].outputs):
-            raise MalformedError("trace", f"{what}: entries[{e.tensor}]: instruction {e.index} ({e.op}) has "
-                                          f"{len(OP_BY_NAME[e.op].outputs)} outputs, the file lists "
-                                          f"{len(outputs[e.index])}")
-        if _node(e, outputs.get(e.index, ())) != e.node:
-            raise MalformedError("trace", f"{what}: entries[{e.tensor}]: the node digest is not that of its "
-                                          + ("op, attributes and tensor ids" if e.kind == INSTR else "dtype, shape "
-                                             "and precision"))
-    tree = merkle_root([leaf_hash(e.tensor, e.kind, e.index, e.output, e.precision, e.node, e.digest) for e in entries])
-    root = trace_root(bytes.fromhex(model_hash), len(entries), tree).hex()
-    if root != doc["root"]:
-        raise MalformedError("trace", f"{what}: root {str(doc['root'])[:70]!r} is not the root of its entries ({root})")
-    return TraceFile(model_hash, root, entries)
+    hashes = {}
+    for key in ("model_hash", "program_root", "input_commitment", "root"):
+        value = doc[key]
+        if type(value) is not str or not re.fullmatch("[0-9a-f]{64}", value):
+            raise MalformedError("trace", f"{what}: {key} must be {2 * HASH_SIZE} lowercase hex digits")
+        hashes[key] = value
+    heads = doc["outputs"]
+    if type(heads) is not list or not heads or len(heads) > MAX_ITEMS \
+            or any(type(t) is not int or not 0 <= t < len(entries) for t in heads):
+        raise MalformedError("trace", f"{what}: outputs must be a non-empty list of tensor ids of the trace")
+    program = _program_root(entries, heads, what).hex()
+    if program != hashes["program_root"]:
+        raise MalformedError("trace", f"{what}: program_root is not that of its entries and outputs ({program})")
+    inputs = input_commitment([e.commitment for e in entries if e.kind == INPUT]).hex()
+    if inputs != hashes["input_commitment"]:
+        raise MalformedError("trace", f"{what}: input_commitment is not that of its input entries ({inputs})")
+    tree = tree_root([trace_leaf(e.commitment) for e in entries])
+    root = trace_root(bytes.fromhex(program), bytes.fromhex(inputs), len(entries), tree).hex()
+    if root != hashes["root"]:
+        raise MalformedError("trace", f"{what}: root {hashes['root']} is not the root of its entries ({root})")
+    return TraceFile(hashes["model_hash"], program, inputs, root, entries)

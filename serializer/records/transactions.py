@@ -1,13 +1,18 @@
-"""The transaction file (docs/FORMAT.md section 7): a stream of transactions, each a model
+"""The transaction file (docs/FORMAT.md section 8): a stream of transactions, each a model
 hash, its inputs and a claimed receipt.
 
-Version 2 is read record by record: a 12-byte header, then one frame per
+A file is read record by record: a 12-byte header, then one frame per
 transaction (a u32le length and that many bytes of one canonical msgpack
 map), then an end frame (length 0) with the count.  A reader never holds
 more than one record, every record is bounded before it is read, and a
 record that does not decode is that transaction's fault alone: the frames
-around it still delimit the others.  Version 1 (one msgpack map holding every
-transaction) is only read by ``decode_v1``, for ``cvmvm tx convert``.
+around it still delimit the others.
+
+Version 3 is version 2's framing around records of commitment format 2 (their
+model hashes and receipts).  Versions 1 (one msgpack map holding every
+transaction) and 2 are only read by ``old_records``, for ``cvmvm tx convert``,
+which carries a record over only when this cvmvm reads it: a receipt of
+commitment format 1 (``format1_receipt``) never is.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from serializer.records.receipt import Receipt
 from serializer.strict import Reader, pack, tensor_to_wire
 
 TXS_FORMAT = "cvmvm-txs"
-TXS_VERSION = 2
+TXS_VERSION = 3
+FRAMED_VERSIONS = (2, 3)  # the versions with this framing (2: commitment format 1)
 MAGIC = b"cvmvmtx\x00"
 HEADER = MAGIC + struct.pack("<I", TXS_VERSION)
 HEADER_SIZE = len(HEADER)
@@ -184,7 +190,7 @@ def end_frame(count: int) -> bytes:
 
 
 def encode_txs(txs: Iterable[Transaction]) -> bytes:
-    """A whole version-2 file in memory (tests and small files; TxWriter streams)."""
+    """A whole file in memory (tests and small files; TxWriter streams)."""
     parts = [HEADER]
     for tx in txs:
         parts.append(frame(encode_tx(tx)))
@@ -193,7 +199,7 @@ def encode_txs(txs: Iterable[Transaction]) -> bytes:
 
 
 class TxWriter:
-    """Writes a version-2 file to a binary stream: header, frames, end frame on close."""
+    """Writes a file to a binary stream: header, frames, end frame on close."""
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
@@ -217,22 +223,34 @@ class Record(NamedTuple):
     body: bytes
 
 
-def check_header(head: bytes, what: str) -> None:
-    """The first bytes of a file: a version-2 header, else an error naming what the file is."""
+def header_version(head: bytes) -> int | None:
+    """The version a framed file's first bytes name (None: no header)."""
     if head[:len(MAGIC)] == MAGIC and len(head) >= HEADER_SIZE:
-        (version,) = _U32.unpack_from(head, len(MAGIC))
-        if version != TXS_VERSION:
-            raise MalformedError("txs_version", f"{what}: transaction file version {version}; this cvmvm "
-                                                f"reads version {TXS_VERSION}")
-        return
-    if head.startswith(V1_PREFIX[:len(head)]) and head:
-        raise MalformedError("txs_version", f"{what}: a version 1 transaction file (one msgpack map); convert "
-                                            f"it to version {TXS_VERSION} with `cvmvm tx convert OLD NEW`")
-    raise MalformedError("txs", f"{what}: not a cvmvm transaction file (no {MAGIC[:7].decode()} header)")
+        return int(_U32.unpack_from(head, len(MAGIC))[0])
+    return None
+
+
+def check_header(head: bytes, what: str) -> None:
+    """The first bytes of a file: this version's header, else an error naming what the file is."""
+    if header_version(head) != TXS_VERSION:
+        raise _header_error(head, what)
+
+
+def _header_error(head: bytes, what: str) -> MalformedError:
+    version = header_version(head)
+    if version == 2 or (version is None and head and head.startswith(V1_PREFIX[:len(head)])):
+        old = f"version {version}" if version is not None else "version 1 (one msgpack map)"
+        return MalformedError("txs_version", f"{what}: a {old} transaction file, of commitment format 1; this cvmvm "
+                                             f"reads version {TXS_VERSION}: `cvmvm tx convert OLD NEW` carries over "
+                                             f"what it can (never a format 1 receipt)")
+    if version is not None:
+        return MalformedError("txs_version", f"{what}: transaction file version {version}; this cvmvm "
+                                             f"reads version {TXS_VERSION}")
+    return MalformedError("txs", f"{what}: not a cvmvm transaction file (no {MAGIC[:7].decode()} header)")
 
 
 def iter_records(f: BinaryIO, what: str) -> Iterator[Record]:
-    """Each record of a version-2 stream, checking the framing as it goes.
+    """Each record of a stream, checking the framing as it goes.
 
     The header is checked at once.  A fault in the framing (a length past its
     bound, a file that ends inside a frame or before its end frame, a wrong
@@ -241,10 +259,10 @@ def iter_records(f: BinaryIO, what: str) -> Iterator[Record]:
     known, so it cannot be skipped.
     """
     check_header(f.read(HEADER_SIZE), what)
-    return _frames(f, what)
+    return frames(f, what)
 
 
-def _frames(f: BinaryIO, what: str) -> Iterator[Record]:
+def frames(f: BinaryIO, what: str) -> Iterator[Record]:
     offset = HEADER_SIZE
     index = 0
     while True:
@@ -277,7 +295,7 @@ def _frames(f: BinaryIO, what: str) -> Iterator[Record]:
 
 
 def decode_txs(data: bytes) -> list[Transaction]:
-    """A whole version-2 file in memory -> its transactions; any fault rejects the file."""
+    """A whole file in memory -> its transactions; any fault rejects the file."""
     out = []
     for r in iter_records(io.BytesIO(data), "transaction file"):
         try:
@@ -287,7 +305,7 @@ def decode_txs(data: bytes) -> list[Transaction]:
     return out
 
 
-# -- version 1 (cvmvm tx convert) -------------------------------------------------------
+# -- versions 1 and 2 (cvmvm tx convert) -------------------------------------------------
 
 def _v1_from_wire(top: Any) -> list[bytes]:
     top = _READER.map(top, V1_KEYS, "txs file")
@@ -297,16 +315,37 @@ def _v1_from_wire(top: Any) -> list[bytes]:
 
 
 def decode_v1(data: bytes) -> list[bytes]:
-    """A version-1 file -> its transactions as version-2 records (each checked by decode_tx)."""
+    """A version-1 file -> its transactions' records (not yet decoded: see ``old_records``)."""
     if len(data) > MAX_V1_BYTES:
         raise LimitError("bytes", f"a version 1 transaction file of {len(data)} bytes exceeds {MAX_V1_BYTES}")
     top = strict.unpack(bytes(data), _READER)
     bodies = _v1_from_wire(top)
-    for k, body in enumerate(bodies):
-        try:
-            decode_tx(body)
-        except CvmError as e:
-            raise type(e)(e.reason, f"txs[{k}]: {e.message}") from None
     if pack(top) != bytes(data):
         raise MalformedError("noncanonical", "the version 1 file decodes, but is not canonical")
     return bodies
+
+
+def file_version(head: bytes, what: str) -> int:
+    """The version of a transaction file from its first HEADER_SIZE bytes: 2 or this one for a
+    framed header (another is refused as ``check_header`` refuses it), else 1 (``decode_v1``
+    then says what is wrong with a file that is not one).  After a framed header, ``frames``
+    reads the records."""
+    version = header_version(head)
+    if version is None:
+        return 1
+    if version not in FRAMED_VERSIONS:
+        raise _header_error(head, what)
+    return version
+
+
+def format1_receipt(body: bytes) -> bool:
+    """Whether a record is a transaction of commitment format 1: its receipt says version 1.
+    (Such a record never decodes here: its model hash and every hash of its receipt are
+    format 1's, and its signature signs them.)"""
+    try:
+        top = msgpack.unpackb(body, raw=False, strict_map_key=True, max_str_len=strict.MAX_NAME,
+                              max_bin_len=len(body), max_array_len=MAX_TX_INPUTS, max_map_len=16, max_ext_len=0)
+    except (ValueError, msgpack.UnpackException, TypeError):
+        return False
+    claim = top.get("receipt") if type(top) is dict else None
+    return type(claim) is dict and claim.get("format") == receipt.RECEIPT_FORMAT and claim.get("version") == 1

@@ -1,0 +1,324 @@
+"""The verifier contract in a real EVM (py-evm through titanoboa): honest elements are never
+refuted, a dishonest trace is refuted exactly at its wrong element, any flipped byte of a
+proof reverts, and every revert reason is the documented one (docs/FORMAT.md 10.4)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+boa = pytest.importorskip("boa")
+from eth_abi import encode  # noqa: E402
+
+from serializer.hashing import audit_path, leaf_hash, program_root, trace_root, tree_levels  # noqa: E402
+from serializer.records.stepproof import Chunk, Operand, Result, StepProof, calldata_proof  # noqa: E402
+from cvmvm.vm.api import single_op_model  # noqa: E402
+from cvmvm.vm.execute import execute  # noqa: E402
+from cvmvm.vm.trace import program_layout  # noqa: E402
+from cvmvm.tx import contract  # noqa: E402
+from cvmvm.tx.stepproof import chunks_of  # noqa: E402
+from tests.chainkit import ARTIFACT, Run, artifact, reason, verifier as make_verifier  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return make_verifier(boa)
+
+
+@pytest.fixture(scope="module")
+def digits_run() -> Run:
+    return Run.of_fixture("digits")
+
+
+def check(verifier, run: Run, proof: bytes) -> str | None:
+    return verifier(proof, run.roots)
+
+
+def test_honest_digits_every_instruction_never_refuted(verifier, digits_run):
+    rnd = random.Random(17)
+    for s in digits_run.program.steps:
+        size = s.out_types[0].size
+        for index in sorted({0, size - 1, rnd.randrange(size)}):
+            assert check(verifier, digits_run, digits_run.calldata(s.index, index)) == "step correct", (s.index, index)
+
+
+def test_dishonest_digits_refuted_exactly_at_the_changed_element(verifier, digits_run):
+    rnd = random.Random(18)
+    for s in digits_run.program.steps:
+        size = s.out_types[0].size
+        index = rnd.randrange(size)
+        bad = digits_run.changed(s.index, index)
+        assert check(verifier, bad, bad.calldata(s.index, index)) is None, (s.index, index)
+        other = (index + 1) % size
+        assert check(verifier, bad, bad.calldata(s.index, other)) == "step correct", (s.index, other)
+
+
+def largest_instances(program) -> list:
+    """Per op kind, the instruction with the most work per output element (ties: the larger output)."""
+    best: dict[str, tuple] = {}
+    for s in program.steps:
+        key = (s.cost // s.out_types[0].size, s.out_types[0].size)
+        if s.op.name not in best or key > best[s.op.name][0]:
+            best[s.op.name] = (key, s)
+    return [v[1] for v in best.values()]
+
+
+@pytest.mark.parametrize("name", ["perf", "perf-large"])
+def test_honest_perf_models_never_refuted(verifier, name):
+    """Every op kind at its largest instance (the largest conv2d included) and one more instance
+    of each kind, at a random element and at the centre."""
+    run = Run.of_fixture(name)
+    rnd = random.Random(name)
+    steps = {s.index: s for s in largest_instances(run.program)}
+    kinds: dict[str, list] = {}
+    for s in run.program.steps:
+        kinds.setdefault(s.op.name, []).append(s)
+    for same in kinds.values():
+        s = rnd.choice(same)
+        steps[s.index] = s
+    for s in steps.values():
+        size = s.out_types[0].size
+        for index in (rnd.randrange(size), size // 2):
+            assert check(verifier, run, run.calldata(s.index, index)) == "step correct", (name, s.index, index)
+
+
+def test_dishonest_perf_large_refuted_at_its_largest_conv(verifier):
+    run = Run.of_fixture("perf-large")
+    conv = max((s for s in run.program.steps if s.op.name == "conv2d"), key=lambda s: s.cost)
+    index = conv.out_types[0].size // 3
+    bad = run.changed(conv.index, index)
+    assert check(verifier, bad, bad.calldata(conv.index, index)) is None
+
+
+def test_every_flipped_byte_of_a_fraud_proof_reverts(verifier, digits_run):
+    """The proof of a wrong element refutes; the same proof with any one byte changed does not."""
+    step = 11                                   # a cvm_right_shift: the shortest digits proof
+    bad = digits_run.changed(step, 5)
+    proof = bad.calldata(step, 5)
+    assert check(verifier, bad, proof) is None
+    for k in range(len(proof)):
+        flipped = proof[:k] + bytes([proof[k] ^ 0x01]) + proof[k + 1:]
+        assert check(verifier, bad, flipped) is not None, k
+
+
+# -- CvmChallenge -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def challenge_contract():
+    art = artifact()
+    factory = boa.loads_abi(json.dumps(art["contracts"]["CvmChallenge"]["abi"]), name="CvmChallenge")
+    address, _ = boa.env.deploy_code(bytecode=bytes.fromhex(art["contracts"]["CvmChallenge"]["bytecode"]))
+    return factory.at(address)
+
+
+def test_register_commit_challenge(challenge_contract, digits_run):
+    c = challenge_contract
+    model = c.registerModel(digits_run.program_root)
+    bad = digits_run.changed(6, 40)
+    honest_id = c.commit(model, digits_run.trace.inputs, b"\0" * 32, digits_run.trace.root)
+    bad_id = c.commit(model, bad.trace.inputs, b"\0" * 32, bad.trace.root)
+    with boa.reverts("step correct"):
+        c.challenge(honest_id, digits_run.calldata(6, 40))
+    with boa.reverts("trace root mismatch"):
+        c.challenge(honest_id, bad.calldata(6, 40))
+    c.challenge(bad_id, bad.calldata(6, 40))
+    assert c.commitments(bad_id)[2] is True and c.commitments(honest_id)[2] is False
+    with boa.reverts("already refuted"):
+        c.challenge(bad_id, bad.calldata(6, 40))
+    with boa.reverts("unknown commitment"):
+        c.challenge(99, bad.calldata(6, 40))
+    with boa.reverts("unknown model"):
+        c.commit(99, b"\0" * 32, b"\0" * 32, b"\0" * 32)
+
+
+def test_challenge_calldata_is_the_abi_encoding(digits_run):
+    """prove-step --calldata's bytes: the selector of challenge(uint256,bytes) and eth_abi's encoding."""
+    from eth_utils import function_signature_to_4byte_selector
+    from serializer.records.stepproof import CHALLENGE_SELECTOR, challenge_calldata
+    assert CHALLENGE_SELECTOR == function_signature_to_4byte_selector("challenge(uint256,bytes)")
+    proof = digits_run.calldata(3, 7)
+    assert challenge_calldata(5, proof) == CHALLENGE_SELECTOR + encode(["uint256", "bytes"], [5, proof])
+
+
+# -- revert reasons ---------------------------------------------------------------------------
+
+def replace(p: StepProof, **changes) -> bytes:
+    return calldata_proof(dataclasses.replace(p, **changes))
+
+
+def test_revert_reasons(verifier, digits_run):
+    run = digits_run
+    ok = run.proof(6, 3)
+    good = calldata_proof(ok)
+    root, inputs, trace = run.roots
+    assert verifier(good, run.roots) == "step correct"
+    assert verifier(b"", run.roots) == "proof: truncated"
+    assert verifier(b"\x01" + good[1:], run.roots) == "proof: version"
+    assert verifier(good[:-1], run.roots) == "proof: truncated"
+    assert verifier(good + b"\x00", run.roots) == "proof: trailing bytes"
+    assert verifier(replace(ok, step=ok.counts[2]), run.roots) == "proof: counts"
+    assert verifier(replace(ok, element=run.program.steps[6].out_types[0].size), run.roots) == "proof: element"
+    assert verifier(replace(ok, path=ok.path + (b"\0" * 32,)), run.roots) == "proof: path length"
+    assert verifier(replace(ok, path=ok.path[:-1]), run.roots) == "proof: path length"
+    first = ok.operands[0]
+    chunk = first.chunks[0]
+    moved = dataclasses.replace(first, chunks=(Chunk(1, chunk.data, chunk.path),))
+    assert verifier(replace(ok, operands=(moved, *ok.operands[1:])), run.roots) == "proof: chunk"
+    bare = Operand(b"", (), ())
+    assert verifier(replace(ok, operands=(bare, *ok.operands[1:])), run.roots) == "proof: chunk missing"
+    wrong_path = dataclasses.replace(first, path=(b"\1" * 32, *first.path[1:]))
+    assert verifier(replace(ok, operands=(wrong_path, *ok.operands[1:])), run.roots) == "operand not included"
+    assert verifier(good, (b"\1" * 32, inputs, trace)) == "instruction not in program"
+    assert verifier(good, (root, b"\1" * 32, trace)) == "inputs not committed"
+    assert verifier(good, (root, inputs, b"\1" * 32)) == "trace root mismatch"
+
+
+def one_op(op: str, inputs: list[np.ndarray], attrs: dict, precisions: list[int]) -> Run:
+    model, feeds = single_op_model(op, inputs, attrs, precisions)
+    env: dict[int, np.ndarray] = {}
+    execute(model.program, feeds, env.__setitem__)
+    return Run(model.program, [env[t] for t in range(len(model.program.types))])
+
+
+def test_revert_result_chunk(verifier):
+    run = one_op("relu", [np.arange(-1500, 1500, dtype=np.int32).reshape(2, 1500) * 1000], {}, [32])
+    p = run.proof(0, 0)
+    (other,) = chunks_of(run.values[1], run.program.types[1], [1])
+    result = dataclasses.replace(p.results[0], chunk=other)
+    assert verifier(calldata_proof(p), run.roots) == "step correct"
+    assert verifier(replace(p, results=(result,)), run.roots) == "proof: result chunk"
+
+
+def test_revert_op_not_supported(verifier):
+    run = one_op("transpose", [np.arange(6, dtype=np.int32).reshape(2, 3)], {"axes": (1, 0)}, [8])
+    whole = run.proof(0, None)
+    types = run.program.types
+    operand = Operand(b"", chunks_of(run.values[0], types[0], [0]), ())
+    (held,) = chunks_of(run.values[1], types[1], [0])
+    p = dataclasses.replace(whole, element=0, operands=(operand,), results=(Result(None, held, whole.results[0].path),))
+    assert verifier(calldata_proof(p), run.roots) == "op not supported on-chain"
+
+
+def test_revert_malformed_record(verifier):
+    """A registered program whose record does not decode: authenticated, then refused."""
+    run = one_op("relu", [np.arange(6, dtype=np.int32)], {}, [8])
+    layout = program_layout(run.program)
+    leaf = layout.instruction_leaf(0)
+    records = list(layout.records)
+    records[leaf] = b"\x05" + records[leaf][1:]
+    levels = tree_levels([leaf_hash(r) for r in records])
+    p = dataclasses.replace(run.proof(0, 0), record=records[leaf], path=tuple(audit_path(levels, leaf)))
+    registered = program_root(layout.counts, levels[-1][0])
+    roots = (registered, run.trace.inputs, trace_root(registered, run.trace.inputs, len(run.values), run.trace.levels[-1][0]))
+    assert verifier(calldata_proof(p), roots) == "proof: record"
+
+
+# -- the artifact -------------------------------------------------------------------------------
+
+def test_package_data_is_what_the_pinned_compiler_builds(tmp_path):
+    """`npm ci` installs the pinned solc; recompiling the packaged source gives the packaged bytes."""
+    if shutil.which("node") is None or not (REPO / "node_modules" / "solc").is_dir():
+        pytest.fail("node and `npm ci` (the pinned solc) are needed: see .ci/run")
+    out = subprocess.run(["node", str(REPO / "scripts" / "compile_contract.js"), str(ARTIFACT.parent)],
+                         check=True, capture_output=True, text=True, cwd=REPO).stdout
+    assert json.loads(out) == json.loads(ARTIFACT.read_text())
+    assert out == ARTIFACT.read_text()
+    lock = json.loads((REPO / "package-lock.json").read_text())
+    assert artifact()["compiler"].startswith(lock["packages"]["node_modules/solc"]["version"] + "+")
+
+
+def test_code_fits_eip_170():
+    for name in contract.CONTRACTS:
+        assert len(artifact()["contracts"][name]["deployedBytecode"]) // 2 <= 24_576
+
+
+def test_deployment_files():
+    files = contract.deployment_files()
+    assert set(files) == {"CvmStep.sol", "CvmChallenge.sol", "CvmStep.abi.json", "CvmChallenge.abi.json",
+                          "CvmStep.bin", "CvmChallenge.bin", "compiler.json"}
+    assert files["CvmChallenge.bin"].decode().strip() == artifact()["contracts"]["CvmChallenge"]["bytecode"]
+    assert b"function challenge(uint256 commitmentId, bytes calldata proof)" in files["CvmChallenge.sol"]
+
+
+def test_cli_challenge_of_a_disputed_commitment_refutes_it(challenge_contract, tmp_path, capsys):
+    """The user's flow end to end: a proposer commits a wrong digits run on chain; the challenger
+    runs `cvmvm prove-step --against TRACE --claimed-output T --calldata`, sends the calldata, and
+    the commitment is refuted."""
+    from serializer.records.trace import trace_bytes
+    from cvmvm.vm.trace import trace_to_json
+    from cvmvm.cli.main import main
+    from tests.test_models import generate
+    model = generate.load_fixture_model("digits")
+    x = generate.load_fixture_inputs("digits")[0]
+    run = Run.of_fixture("digits")
+    bad = run.changed(6, 77)
+    (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "disputed.json").write_bytes(trace_bytes(trace_to_json(model.program, bad.trace, model.model_hash)))
+    np.save(tmp_path / "claimed.npy", bad.values[model.program.steps[6].outputs[0]])
+    c = challenge_contract
+    model_id = c.registerModel(model.program_root)
+    commitment = c.commit(model_id, bad.trace.inputs, b"\0" * 32, bad.trace.root)
+    assert main(["prove-step", str(tmp_path / "m.cvm"), "--input", f"data={tmp_path / 'x.npy'}",
+                 "--against", str(tmp_path / "disputed.json"), "--claimed-output", str(tmp_path / "claimed.npy"),
+                 "--calldata", str(tmp_path / "c.hex"), "--commitment-id", str(commitment)]) == 0
+    capsys.readouterr()
+    calldata = bytes.fromhex((tmp_path / "c.hex").read_text().strip()[2:])
+    result = boa.env.execute_code(to_address=c.address, data=calldata, gas=30_000_000)
+    assert not result.is_error
+    assert c.commitments(commitment)[2] is True
+
+
+def test_outputs_challenge(challenge_contract, tmp_path, capsys):
+    """A commitment pairing an honest trace with a wrong output hash is refuted by
+    `cvmvm prove-outputs`'s calldata; one with the right output hash is not."""
+    from eth_utils import function_signature_to_4byte_selector
+    from serializer.hashing import outputs_hash
+    from serializer.records.stepproof import CHALLENGE_OUTPUTS_SELECTOR
+    from serializer.records.trace import trace_bytes
+    from cvmvm.vm.trace import trace_to_json
+    from cvmvm.cli.main import main
+    from tests.test_models import generate
+    assert CHALLENGE_OUTPUTS_SELECTOR == function_signature_to_4byte_selector("challengeOutputs(uint256,bytes)")
+    model = generate.load_fixture_model("digits")
+    run = Run.of_fixture("digits")
+    right = outputs_hash([run.trace.commitments[t] for t in model.program.model.outputs])
+    c = challenge_contract
+    model_id = c.registerModel(model.program_root)
+    honest = c.commit(model_id, run.trace.inputs, right, run.trace.root)
+    lying = c.commit(model_id, run.trace.inputs, b"\1" * 32, run.trace.root)
+    (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
+    (tmp_path / "t.json").write_bytes(trace_bytes(trace_to_json(model.program, run.trace, model.model_hash)))
+    for commitment, name in ((honest, "h.hex"), (lying, "l.hex")):
+        assert main(["prove-outputs", str(tmp_path / "m.cvm"), "--against", str(tmp_path / "t.json"),
+                     "--calldata", str(tmp_path / name), "--commitment-id", str(commitment)]) == 0
+    capsys.readouterr()
+    honest_call = bytes.fromhex((tmp_path / "h.hex").read_text().strip()[2:])
+    result = boa.env.execute_code(to_address=c.address, data=honest_call, gas=30_000_000)
+    assert result.is_error and reason(result.output) == "outputs correct"
+    lying_call = bytes.fromhex((tmp_path / "l.hex").read_text().strip()[2:])
+    result = boa.env.execute_code(to_address=c.address, data=lying_call, gas=30_000_000)
+    assert not result.is_error and c.commitments(lying)[2] is True and c.commitments(honest)[2] is False
+    proof_start = 4 + 32 * 3
+    proof_len = int.from_bytes(lying_call[4 + 64:4 + 96], "big")
+    again = c.commit(model_id, run.trace.inputs, b"\2" * 32, run.trace.root)
+    fresh = challenge_calldata_for(again, lying_call)
+    for k in range(proof_start, proof_start + proof_len):
+        flipped = fresh[:k] + bytes([fresh[k] ^ 1]) + fresh[k + 1:]
+        result = boa.env.execute_code(to_address=c.address, data=flipped, gas=30_000_000)
+        assert result.is_error, k
+    assert not boa.env.execute_code(to_address=c.address, data=fresh, gas=30_000_000).is_error
+
+
+def challenge_calldata_for(commitment: int, calldata: bytes) -> bytes:
+    """The same challenge, addressed to another commitment."""
+    return calldata[:4] + commitment.to_bytes(32, "big") + calldata[36:]
