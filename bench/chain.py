@@ -1,0 +1,251 @@
+"""On-chain challenges and traced runs, measured in one run.
+
+1. For every op kind of perf-large at its largest instance (the most work per
+   output element), the worst of a sample of elements (the one whose proof
+   carries the most bytes): a trace wrong at exactly that element is committed
+   to CvmChallenge in py-evm and refuted; printed are the proof's calldata
+   bytes and the transaction's gas (execution, plus EIP-2028 calldata and the
+   EIP-7623 floor, whichever is higher, plus 21,000).  The same for every digits
+   instruction.
+2. Traced run time of perf and perf-large with commitment format 2 against
+   format 1 (one SHA-256 per whole int32 tensor, the previous tracer's work)
+   and against untraced runs, interleaved, median of --repeat.
+
+    python bench/chain.py [--sample 40] [--repeat 15]
+
+Needs the chain extra (`pip install -e '.[chain]'`) and nothing else: the
+contract is the compiled artifact in the package.  Targets (issue 17, measured
+here, never asserted): every perf-large challenge <= 3,000,000 gas and
+<= 100 KiB of calldata; a digits challenge <= 100,000 gas; traced <= 1.3x
+untraced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import statistics
+import struct
+import sys
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "fixtures"))
+
+import cvmvm  # noqa: E402,F401  (sets OPENBLAS_THREAD_TIMEOUT before numpy starts its threads)
+import generate  # noqa: E402
+from serializer.hashing import tensor_commitment  # noqa: E402
+from serializer.records.stepproof import calldata_proof, challenge_calldata  # noqa: E402
+from cvmvm.vm.execute import execute  # noqa: E402
+from cvmvm.vm.trace import make_trace, program_layout  # noqa: E402
+from cvmvm.tx import element  # noqa: E402
+from cvmvm.tx.contract import artifact  # noqa: E402
+from cvmvm.tx.stepproof import make_proof  # noqa: E402
+
+
+def tx_gas(execution: int, calldata: bytes) -> int:
+    """A transaction's gas under Prague: 21,000 + calldata (EIP-2028) + execution, or the
+    EIP-7623 floor when that is higher."""
+    zeros = calldata.count(0)
+    tokens = zeros + 4 * (len(calldata) - zeros)
+    return max(21_000 + 4 * tokens + execution, 21_000 + 10 * tokens)
+
+
+class Chain:
+    """CvmChallenge (which is CvmStep too) deployed in py-evm."""
+
+    def __init__(self) -> None:
+        import boa
+        from eth_abi import encode
+
+        self.boa, self.encode = boa, encode
+        art = artifact()["contracts"]
+        self.address, _ = boa.env.deploy_code(bytecode=bytes.fromhex(art["CvmChallenge"]["bytecode"]))
+        self.contract = boa.loads_abi(json.dumps(art["CvmChallenge"]["abi"]), name="CvmChallenge").at(self.address)
+        self.deployed = {name: len(c["deployedBytecode"]) // 2 for name, c in art.items()}
+
+    def refute(self, program_root: bytes, inputs: bytes, trace_root: bytes, proof: bytes) -> tuple[int, int]:
+        """Registers, commits, challenges; returns (calldata bytes, transaction gas)."""
+        model = self.contract.registerModel(program_root)
+        commitment = self.contract.commit(model, inputs, b"\0" * 32, trace_root)
+        data = challenge_calldata(commitment, proof)
+        c = self.boa.env.execute_code(to_address=self.address, data=data, gas=30_000_000)
+        if c.is_error:
+            raise RuntimeError(f"the challenge did not refute: {c.output!r}")
+        return len(data), tx_gas(c.get_gas_used(), data)
+
+
+class Run:
+    def __init__(self, name: str) -> None:
+        self.model = generate.load_fixture_model(name)
+        program = self.program = self.model.program
+        env: dict[int, np.ndarray] = {}
+        execute(program, {"data": generate.load_fixture_inputs(name)[0]}, env.__setitem__)
+        self.values = [env[t] for t in range(len(program.types))]
+        self.commitments = [tensor_commitment(v, program.types[t]) for t, v in enumerate(self.values)]
+        self.trace = make_trace(program, self.commitments)
+
+    def proof_bytes(self, step: int, index: int) -> int:
+        """Bytes of the honest proof (a wrong one has the same size)."""
+        return len(calldata_proof(make_proof(self.program, self.trace, dict(enumerate(self.values)), step, index)))
+
+    def refutation(self, chain: Chain, step: int, index: int) -> tuple[int, int]:
+        """A trace wrong at exactly this element, committed and refuted."""
+        t = self.program.steps[step].outputs[0]
+        values = list(self.values)
+        values[t] = values[t].copy()
+        flat = values[t].reshape(-1)
+        flat[index] += 1 if flat[index] < 0 else -1
+        commitments = list(self.commitments)
+        commitments[t] = tensor_commitment(values[t], self.program.types[t])
+        trace = make_trace(self.program, commitments)
+        proof = calldata_proof(make_proof(self.program, trace, dict(enumerate(values)), step, index))
+        return chain.refute(program_layout(self.program).root, trace.inputs, trace.root, proof)
+
+
+def largest_instances(program) -> dict[str, object]:
+    best: dict[str, tuple] = {}
+    for s in program.steps:
+        key = (s.cost // s.out_types[0].size, s.out_types[0].size)
+        if s.op.name not in best or key > best[s.op.name][0]:
+            best[s.op.name] = (key, s)
+    return {k: v[1] for k, v in sorted(best.items())}
+
+
+def challenges(chain: Chain, sample: int) -> None:
+    run = Run("perf-large")
+    print("## challenges on perf-large: every op kind at its largest instance, worst sampled element")
+    print("| op | instruction | element | footprint reads | calldata | gas |")
+    print("|---|---|---|---|---|---|")
+    rnd = random.Random(17)
+    worst_gas = worst_bytes = 0
+    for op, s in largest_instances(run.program).items():
+        size = s.out_types[0].size
+        candidates = sorted({0, size // 2, size - 1, *(rnd.randrange(size) for _ in range(sample))})
+        index = max(candidates, key=lambda e: run.proof_bytes(s.index, e))
+        reads = element.footprint(op, s.attrs, [run.program.types[t] for t in s.inputs], s.out_types[0], index)
+        data, gas = run.refutation(chain, s.index, index)
+        worst_gas, worst_bytes = max(worst_gas, gas), max(worst_bytes, data)
+        print(f"| {op} | {s.index} | {index} | {sum(len(r) for r in reads)} | {data / 1024:.1f} KiB | {gas:,} |")
+    print(f"\nworst: {worst_bytes / 1024:.1f} KiB of calldata (target <= 100 KiB), {worst_gas:,} gas "
+          f"(target <= 3,000,000)")
+    digits = Run("digits")
+    print("\n## challenges on digits: every instruction, its worst sampled element")
+    print("| instruction | op | calldata | gas |")
+    print("|---|---|---|---|")
+    for s in digits.program.steps:
+        size = s.out_types[0].size
+        candidates = sorted({0, size // 2, size - 1, *(rnd.randrange(size) for _ in range(8))})
+        index = max(candidates, key=lambda e: digits.proof_bytes(s.index, e))
+        data, gas = digits.refutation(chain, s.index, index)
+        print(f"| {s.index} | {s.op.name} | {data:,} B | {gas:,} |")
+    print(f"\ndeployed code: {chain.deployed} bytes (EIP-170 limit 24,576)")
+
+
+# -- traced runs ------------------------------------------------------------------------------
+
+class V1Tracer:
+    """Format 1's hashing work, reproduced to compare against: one SHA-256 over each whole int32
+    tensor (header and data), on one background thread, inline below 64 KiB or past a 4 MiB
+    backlog, params hashed once per program -- what cvmvm's tracer did before format 2."""
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    params: dict[int, list] = {}
+
+    def __init__(self, program) -> None:
+        self.program = program
+        self.pending: deque = deque()
+        self.backlog = 0
+        self.first = len(program.model.inputs)
+        self.cached = V1Tracer.params.setdefault(id(program), [None] * len(program.model.params))
+
+    @staticmethod
+    def digest(value: np.ndarray) -> bytes:
+        data = np.ascontiguousarray(value, dtype="<i4") if value.dtype.kind == "i" else np.ascontiguousarray(value)
+        h = hashlib.sha256(b"cvmvm/tensor/v1\x00" + struct.pack("<BB", 3, value.ndim)
+                           + b"".join(struct.pack("<Q", d) for d in value.shape))
+        h.update(memoryview(data).cast("B"))
+        return h.digest()
+
+    def __call__(self, t: int, value: np.ndarray) -> None:
+        k = t - self.first
+        if 0 <= k < len(self.cached):
+            if self.cached[k] is None:
+                self.cached[k] = self.digest(value)
+            return
+        while self.pending and self.pending[0][1].done():
+            self.backlog -= self.pending.popleft()[0]
+        if value.nbytes < 1 << 16 or (self.backlog and self.backlog + value.nbytes > 1 << 22):
+            self.digest(value)
+        else:
+            self.pending.append((value.nbytes, self.pool.submit(self.digest, value)))
+            self.backlog += value.nbytes
+
+    def finish(self) -> None:
+        while self.pending:
+            self.pending.popleft()[1].result()
+
+
+def traced_times(repeat: int) -> None:
+    print("\n## traced run time, median (and fastest) of", repeat, "interleaved rounds, ms")
+    print("| model | untraced | format 1 traced | format 2 traced | v2 / untraced | v1 / untraced |")
+    print("|---|---|---|---|---|---|")
+    cpus: dict[str, dict[str, float]] = {}
+    for name in ("perf", "perf-large"):
+        model = generate.load_fixture_model(name)
+        feeds = {"data": generate.load_fixture_inputs(name)[0]}
+        program = model.program
+
+        def v1() -> None:
+            tracer = V1Tracer(program)
+            execute(program, feeds, tracer)
+            tracer.finish()
+
+        ways = {"untraced": lambda: model.run(feeds), "v1": v1, "v2": lambda: model.run(feeds, trace=True)}
+        for way in ways.values():   # warm: params committed once per program, BLAS threads up
+            way()
+        times: dict[str, list[float]] = {k: [] for k in ways}
+        cpu: dict[str, list[float]] = {k: [] for k in ways}
+        for _ in range(repeat):
+            for key, way in ways.items():
+                t0, c0 = time.perf_counter(), time.process_time()
+                way()
+                times[key].append(time.perf_counter() - t0)
+                cpu[key].append(time.process_time() - c0)
+        cpus[name] = {k: statistics.median(v) * 1e3 for k, v in cpu.items()}
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        low = {k: min(v) * 1e3 for k, v in times.items()}
+        print(f"| {name} | {med['untraced']:.1f} ({low['untraced']:.1f}) | {med['v1']:.1f} ({low['v1']:.1f}) | "
+              f"{med['v2']:.1f} ({low['v2']:.1f}) | {med['v2'] / med['untraced']:.2f}x ({low['v2'] / low['untraced']:.2f}x) | "
+              f"{med['v1'] / med['untraced']:.2f}x ({low['v1'] / low['untraced']:.2f}x) |")
+    print("\nCPU time per run (all threads of this process, median, ms): what hashing costs, whatever else runs")
+    print("| model | untraced | format 1 traced | format 2 traced |")
+    print("|---|---|---|---|")
+    for name, c in cpus.items():
+        print(f"| {name} | {c['untraced']:.1f} | {c['v1']:.1f} | {c['v2']:.1f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sample", type=int, default=40, help="random elements tried per instruction")
+    ap.add_argument("--repeat", type=int, default=15, help="timed runs per configuration")
+    ap.add_argument("--only", choices=("challenges", "times"), help="one half only")
+    args = ap.parse_args()
+    print(f"cores: {os.cpu_count()}")
+    if args.only != "times":
+        challenges(Chain(), args.sample)
+    if args.only != "challenges":
+        traced_times(args.repeat)
+
+
+if __name__ == "__main__":
+    main()
