@@ -21,9 +21,10 @@ from cvmvm import files
 from cvmvm.vm import disasm
 from cvmvm.vm.api import Model, Result, load, value_type
 from cvmvm.vm.trace import program_layout, tensor_name, trace_to_json
+from cvmvm.vm.verify import NOT_RUN
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
-from cvmvm.cli.common import (EXIT_OK, KEY_FILE_BYTES, NOT_RUN, Command, Reply, clipping_json, input_arg, limit_args,
+from cvmvm.cli.common import (EXIT_OK, KEY_FILE_BYTES, Command, Reply, clipping_json, input_arg, limit_args,
                               limits_of, load_model, model_args, ops_limit_arg, parse_inputs, read_input, read_kind,
                               traced, warn_clipping)
 

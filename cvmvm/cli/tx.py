@@ -17,10 +17,11 @@ from serializer.records import receipt as receipt_codec, stepproof as proof_code
 from cvmvm import files
 from cvmvm.vm.execute import Clipping, prepare_inputs
 from cvmvm.vm.trace import make_trace, program_layout
+from cvmvm.vm.verify import NOT_RUN
 from cvmvm.tx import contract, receipt, replay, results, schedule, stepproof, tracediff, txtools
 from cvmvm.tx.store import Entry, Store
 from cvmvm.cli import demo
-from cvmvm.cli.common import (EXIT_CODES, EXIT_MISMATCH, EXIT_OK, KEY_FILE_BYTES, NOT_RUN, Command, Reply,
+from cvmvm.cli.common import (EXIT_CODES, EXIT_MISMATCH, EXIT_OK, KEY_FILE_BYTES, Command, Reply,
                               clipping_json, hash_hex, input_arg, limit_args, limits_of, load_model, model_args,
                               non_negative_int, parse_inputs, positive_int, read_input, read_kind, warn_clipping)
 

@@ -1,7 +1,7 @@
 """BLAS threads while a traced run hashes on its own thread.
 
-A traced run hashes large tensors on a second thread while the next kernel
-runs (cvmvm.vm.trace).  After every multi-threaded GEMM, OpenBLAS's worker
+A traced run hashes large tensors on two threads while the next kernel runs
+(cvmvm.vm.trace).  After every multi-threaded GEMM, OpenBLAS's worker
 threads spin on their cores for a long while (some 0.1 s by default), exactly
 where the hashing thread wants to run: a traced perf run on 2 cores then takes
 ~40 ms instead of ~26.  OpenBLAS reads its spin timeout only when it loads, so
@@ -21,7 +21,7 @@ import functools
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from isa.types import DTYPES
+from serializer.hashing import body_length
 from cvmvm.vm.trace import BACKGROUND_MIN_BYTES
 from cvmvm.vm.verify import Program
 
@@ -40,6 +40,6 @@ def hashing_alongside(program: Program) -> AbstractContextManager[Any]:
     """One BLAS thread while a traced run of ``program`` executes, when some tensor of it is
     large enough to be hashed on the background thread (else nothing competes with BLAS)."""
     ctl = controller()
-    if ctl is None or all(t.size * DTYPES[t.dtype].itemsize < BACKGROUND_MIN_BYTES for t in program.types):
+    if ctl is None or all(body_length(t) < BACKGROUND_MIN_BYTES for t in program.types):
         return nullcontext()
     return ctl.limit(limits=1, user_api="blas")

@@ -101,8 +101,9 @@ def read_trace(data: bytes, what: str) -> dict[str, Any]:
             raise e from None
     if type(doc) is dict and type(doc.get("format")) is str and doc["format"].startswith("cvmvm-trace/") \
             and doc["format"] != TRACE_FORMAT:
-        raise MalformedError("trace", f"{what}: a trace file of version {doc['format'].split('/', 1)[1][:20]!r}; "
-                                      f"this cvmvm reads {TRACE_FORMAT}")
+        version = doc["format"].split("/", 1)[1]
+        shown = version if re.fullmatch("[0-9]{1,10}", version) else repr(version[:20])
+        raise MalformedError("trace", f"{what}: a trace file of version {shown}; this cvmvm reads {TRACE_FORMAT}")
     if type(doc) is not dict or doc.get("format") != TRACE_FORMAT or type(doc.get("entries")) is not list:
         raise MalformedError("trace", f"{what}: not a {TRACE_FORMAT} file")
     return doc
