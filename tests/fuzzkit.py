@@ -310,35 +310,22 @@ def cases(target: "Target") -> st.SearchStrategy[bytes]:
 
 
 def reroot_trace(data: bytes, how: int) -> bytes:
-    """What a dishonest node would write: the trace's node digests (how 2) and root (how 1, 2)
-    recomputed from whatever its entries now say; unchanged when it no longer parses."""
-    from isa.attrs import parse_attrs
-    from isa.table import OP_BY_NAME
-    from isa.types import TensorType
-    from serializer.hashing import KIND_NAMES, leaf_hash, merkle_root, node_digest, trace_root
-    from serializer.native import instr_descriptor, variable_descriptor
-    from serializer.records.trace import trace_bytes
+    """What a dishonest node would write: the trace's program root (how 2), input commitment and
+    root (how 1, 2) recomputed from whatever its entries now say; unchanged when it no longer
+    parses."""
+    from serializer.hashing import input_commitment, trace_leaf, trace_root, tree_root
+    from serializer.records import trace as codec
     try:
         doc = json.loads(data)
-        entries = doc["entries"]
         if how == 2:
-            outputs: dict[int, list[int]] = {}
-            for e in entries:
-                if e["kind"] == "instr":
-                    outputs.setdefault(e["index"], []).append(e["tensor"])
-            for e in entries:
-                if e["kind"] == "instr":
-                    op = OP_BY_NAME[e["op"]]
-                    attrs = parse_attrs(op.attrs, {k: tuple(v) if isinstance(v, list) else v
-                                                   for k, v in e["attrs"].items()}, fill_defaults=False)
-                    desc = instr_descriptor(op.name, tuple(e["inputs"]), tuple(outputs[e["index"]]), attrs)
-                else:
-                    desc = variable_descriptor(TensorType(tuple(e["shape"]), e["precision"], e["dtype"]))
-                e["node"] = node_digest(desc).hex()
-        leaves = [leaf_hash(e["tensor"], KIND_NAMES.index(e["kind"]), e["index"], e["output"], e["precision"],
-                            bytes.fromhex(e["node"]), bytes.fromhex(e["hash"])) for e in entries]
-        doc["root"] = trace_root(bytes.fromhex(doc["model_hash"]), len(leaves), merkle_root(leaves)).hex()
-        return trace_bytes(doc)
+            entries = tuple(codec._entry(row, "entry") for row in doc["entries"])
+            doc["program_root"] = codec._program_root(entries, doc["outputs"], "trace").hex()
+        commitments = [bytes.fromhex(e["commitment"]) for e in doc["entries"]]
+        inputs = input_commitment([c for c, e in zip(commitments, doc["entries"]) if e["kind"] == "input"])
+        doc["input_commitment"] = inputs.hex()
+        doc["root"] = trace_root(bytes.fromhex(doc["program_root"]), inputs, len(commitments),
+                                 tree_root([trace_leaf(c) for c in commitments])).hex()
+        return codec.trace_bytes(doc)
     except Exception:   # whatever no longer has a trace's shape stays as the mutations left it
         return data
 
@@ -500,7 +487,8 @@ def _cortex() -> Setup:
 
 def _npy() -> Setup:
     from cvmvm import files
-    from serializer.hashing import tensor_hash
+    from isa.types import TensorType, vm_dtype
+    from serializer.hashing import tensor_commitment
     seeds = []
     values = [np.arange(12, dtype=np.int32).reshape(3, 4), np.asfortranarray(np.arange(6, dtype=np.int64).reshape(2, 3)),
               np.arange(5, dtype=">i4"), np.array([True, False]), np.zeros((0, 2), np.uint8),
@@ -525,7 +513,9 @@ def _npy() -> Setup:
         if theirs.dtype != value.dtype or theirs.shape != value.shape or \
                 not np.array_equal(theirs, value, equal_nan=value.dtype.kind == "f"):
             raise Violation("read_npy and numpy read different arrays")
-        outcome(lambda: tensor_hash(value) if value.size and value.dtype.kind != "b" else None)
+        dtype = vm_dtype(value.dtype)
+        if value.size and dtype is not None:   # committed as a tensor of its VM dtype, in either byte order
+            outcome(lambda: tensor_commitment(value, TensorType(tuple(value.shape), None, dtype)))
     return Setup(seeds, check)
 
 
@@ -631,28 +621,34 @@ def _transactions() -> Setup:
 
 def _step_proofs() -> Setup:
     from serializer.records import stepproof as codec
-    from cvmvm.tx import stepproof
-    from tests.test_receipt import mlp_model, pair_model
+    from cvmvm.tx import element, stepproof
+    from tests.test_receipt import digits_model, mlp_model, pair_model
+    images = np.load(REPO / "fixtures" / "models" / "digits" / "test_inputs.npy", allow_pickle=False)
     roots = {}
     for model, inputs in ((mlp_model(), {"x": np.array([[5, -100, 120, 7]], dtype=np.int32)}),
                           (pair_model(), {"a": np.arange(6, dtype=np.int32).reshape(2, 3),
-                                          "b": -np.arange(6, dtype=np.int32).reshape(2, 3)})):
-        for k in range(len(model.program.steps)):
-            proof, root = stepproof.prove_step(model, inputs, k)
-            roots[codec.encode(proof)] = (root, model)
+                                          "b": -np.arange(6, dtype=np.int32).reshape(2, 3)}),
+                          (digits_model(), {"data": images[0]})):
+        for k, s in enumerate(model.program.steps):
+            # Whole-instruction proofs of the small models; element proofs (first and last
+            # element) of every covered op.
+            size = model.program.types[s.outputs[0]].size
+            wanted = ([None] if size <= 256 else []) + ([0, size - 1] if s.op.name in element.COVERED else [])
+            for e in wanted:
+                proof, trace = stepproof.prove_step(model, inputs, k, e)
+                roots[codec.encode(proof)] = (trace.root, model.program_root)
     seeds = list(roots)
-    models = {m.model_hash: m for _, m in roots.values()}
-    all_roots = {r for r, _ in roots.values()}
+    all_roots = set(roots.values())
 
     def check(case: bytes) -> None:
         proof = decoded(codec.decode, codec.encode, case, "step proof")
         if proof is None:
             return
-        for root in all_roots:
-            for model in (None, models.get(proof.model_hash)):
-                checks = outcome(lambda: stepproof.check_step(proof, root, model))
-                if checks is not None and all(c.ok for c in checks) and case not in roots:
-                    raise Violation("a mutated step proof checked valid")
+        for trace_root, program_root in all_roots:
+            verdict = outcome(lambda: stepproof.check_step(proof, trace_root, program_root))
+            # Every trace here is honest: a proof that authenticates may only ever say so.
+            if verdict is not None and not verdict.correct:
+                raise Violation("a mutated step proof proved an honest trace wrong")
     return Setup(seeds, check)
 
 
@@ -671,7 +667,7 @@ def _traces() -> Setup:
     originals = {tracediff.read_trace(d, "seed").root: tracediff.read_trace(d, "seed") for d in docs}
 
     def committed(tf: Any) -> list[Any]:
-        return [(e.kind, e.index, e.output, e.tensor, e.type, e.node, e.digest, e.op, e.inputs,
+        return [(e.kind, e.index, e.output, e.tensor, e.type, e.commitment, e.op, e.inputs,
                  None if e.attrs is None else dataclasses.astuple(e.attrs)) for e in tf.entries]
 
     def check(case: bytes) -> None:
@@ -679,7 +675,9 @@ def _traces() -> Setup:
         if tf is None:
             return
         original = originals.get(tf.root)
-        if original is not None and (committed(tf) != committed(original) or tf.model_hash != original.model_hash):
+        if original is not None and (committed(tf) != committed(original)
+                                     or (tf.program_root, tf.input_commitment) != (original.program_root,
+                                                                                   original.input_commitment)):
             raise Violation("a trace file with an original root shows other committed fields")
         for other in originals.values():
             report = tracediff.diff(other, tf)
@@ -719,12 +717,12 @@ def _store() -> Setup:
                 odd.write_bytes(case)
             got = outcome(lambda: store.get(model.model_hash))
             if got is not None and case != model.canonical_bytes:
-                raise Violation("the store returned a model whose file does not hash to its name")
+                raise Violation("the store returned a model whose hash is not its file's name")
             listed = outcome(store.list)
             if listed is not None:
                 for e in listed:
-                    if e.intact and (root / (e.model_hash + ".cvm")).read_bytes() != case and \
-                            hashlib.sha256((root / (e.model_hash + ".cvm")).read_bytes()).hexdigest() != e.model_hash:
+                    held = (root / (e.model_hash + ".cvm")).read_bytes()
+                    if e.intact and outcome(lambda: cvmvm.load(held).model_hash.hex()) != e.model_hash:
                         raise Violation("store list called a corrupt file intact")
             outcome(lambda: store.add(model))
             if name.read_bytes() != model.canonical_bytes:

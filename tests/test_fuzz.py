@@ -59,6 +59,25 @@ def test_crash_files_replay(name, path):
     assert failure is None, failure.detail
 
 
+# Files of commitment format 1 (written by cvmvm before format 2), kept among the replayed cases:
+# each is refused with its own malformed code and a message naming its version, never a crash.
+FORMAT1_FILES = {"trace/6cb7bc1d0b38b699.bin": "malformed.trace", "step_proof/30c3a199616055a5.bin": "malformed.step_proof",
+                 "receipt/123b0db647a6703c.bin": "malformed.receipt"}
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT1_FILES))
+def test_format1_files_are_refused_naming_their_version(name):
+    from isa.errors import CvmError
+    from serializer.records import receipt, stepproof
+    from cvmvm.tx import tracediff
+    data = (fuzzkit.CRASHES / name).read_bytes()
+    read = {"trace": lambda: tracediff.read_trace(data, "file"), "step_proof": lambda: stepproof.decode(data),
+            "receipt": lambda: receipt.decode(data)}[name.split("/")[0]]
+    with pytest.raises(CvmError) as e:
+        read()
+    assert e.value.code == FORMAT1_FILES[name] and "version 1" in e.value.message
+
+
 def test_crash_directories_name_targets():
     assert fuzzkit.CRASHES.is_dir()
     for d in fuzzkit.CRASHES.iterdir():
