@@ -94,3 +94,30 @@ def test_uint64_input_saturates_in_either_byte_order(order):
     big = np.where(x > 0, np.uint64(2**64 - 1), np.uint64(0)).astype(order + "u8")
     top = np.where(x > 0, 2 ** (model.inputs["data"].precision - 1) - 1, 0).astype(np.int32)
     assert generate.golden_record("u64", model, {"data": big}) == generate.golden_record("u64", model, {"data": top})
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("backlog", ["default", "tiny"])
+def test_repeated_traced_runs_never_depend_on_hashing_timing(monkeypatch, threads, backlog):
+    """The trace hashes blocks on background threads while later kernels run and frees tensors
+    as it goes: repeated runs over every input layout, with one or two hashing threads and with
+    the backlog that makes the executing thread hash inline, give the golden trace each time
+    (a block read after its buffer were reused or freed would show here)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from cvmvm.vm import trace as tracing
+    pool = ThreadPoolExecutor(max_workers=threads)
+    monkeypatch.setattr(tracing, "_pool", (os.getpid(), pool))
+    if backlog == "tiny":
+        monkeypatch.setattr(tracing, "MAX_BACKLOG_BYTES", tracing.BACKGROUND_MIN_BYTES)
+    model = generate.load_fixture_model("perf")
+    want = golden("perf")[0]
+    x = generate.load_fixture_inputs("perf")[int(want["id"].split("/")[1])]
+    layouts = [np.ascontiguousarray(x), np.asfortranarray(x), strided(x), x.astype(x.dtype.newbyteorder())]
+    try:
+        for _ in range(3):
+            for value in layouts:
+                result = model.run({"data": value}, trace=True)
+                assert [e.commitment.hex() for e in result.trace.entries] == want["trace"]
+                assert result.trace.root.hex() == want["trace_root"]
+    finally:
+        pool.shutdown()
