@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "fixtures"))
 
-import cvmvm  # noqa: E402,F401  (sets OPENBLAS_THREAD_TIMEOUT before numpy starts its threads)
+import cvmvm  # noqa: E402,F401
 import generate  # noqa: E402
 from serializer.hashing import tensor_commitment  # noqa: E402
 from serializer.records.stepproof import calldata_proof, challenge_calldata  # noqa: E402
