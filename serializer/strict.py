@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 import struct
 from typing import Any, Callable, TypeVar
 
@@ -26,6 +27,13 @@ MAX_ITEMS = 1 << 20       # items in any msgpack array
 MAX_KEYS = 64             # entries in any msgpack map
 MAX_NAME = 1 << 10        # bytes in any msgpack str
 MAX_JSON_DIGITS = 20      # digits in a JSON integer: every valid one has fewer (2^64 has 20)
+# Nesting of JSON arrays and objects: every file cvmvm reads nests a few levels.  Checked before
+# json.loads, whose C parser recurses once per level: Python's recursion limit bounds it only
+# while nobody raised that limit (py-evm, imported by the chain tests, sets it to 100,000, and a
+# nesting that deep overflows the C stack).
+MAX_JSON_DEPTH = 100
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_DEPTH_STEP = 1 << 22
 
 Record = TypeVar("Record")
 
@@ -305,6 +313,19 @@ def decode(data: bytes, reader: Reader, max_bytes: int, what: str,
 
 # -- strict JSON ---------------------------------------------------------------------------
 
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text (brackets inside strings not
+    counted), in bounded steps without recursion."""
+    raw = np.frombuffer(_JSON_STRING.sub(b"", text.encode("utf-8", "surrogatepass")), dtype=np.uint8)
+    depth = deepest = 0
+    for i in range(0, len(raw), _DEPTH_STEP):
+        part = raw[i:i + _DEPTH_STEP]
+        step = ((part == ord("[")) | (part == ord("{"))).astype(np.int32) - ((part == ord("]")) | (part == ord("}")))
+        levels = np.cumsum(step, dtype=np.int64) + depth
+        deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
+    return deepest
+
+
 def parse_json(text: str, reason: str, what: str) -> Any:
     """JSON with no duplicate keys, no NaN/Infinity, and no integer token of more than
     MAX_JSON_DIGITS digits (``int()`` of a longer one depends on PYTHONINTMAXSTRDIGITS, so it
@@ -327,6 +348,8 @@ def parse_json(text: str, reason: str, what: str) -> Any:
                                          f"than {MAX_JSON_DIGITS} digits")
         return int(token)
 
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise MalformedError(reason, f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
     try:
         return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant, parse_int=bounded_int)
     except RecursionError:

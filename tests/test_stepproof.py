@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from isa.errors import CvmError
+from isa.types import TensorType
 from serializer.hashing import tensor_commitment
 from serializer.records import stepproof as proof_codec
 from serializer.records.stepproof import Chunk
@@ -247,19 +248,24 @@ def test_malformed_proofs_are_rejected():
         assert _code(msgpack.packb(bad, use_bin_type=True)) == "malformed.step_proof"
 
 
-def test_leaf_counts_and_positions_are_bounded_at_decode():
-    # Defect: 2^32 leaves decoded, then struct.error escaped from the root's u32 leaf count.
-    proof, root = proof_of(mlp_model(), X, 1)
+def test_counts_and_positions_are_bounded_at_decode():
+    # Defect (format 1): 2^32 leaves decoded, then struct.error escaped from the root's u32 leaf
+    # count.  Every count, step, element and chunk index is u32 in the records and the calldata.
+    proof, trace = stepproof.prove_step(mlp_model(), X, 1, 0)
     wire = msgpack.unpackb(proof_codec.encode(proof))
     top = (1 << 32) - 1
-    for bad in ({**wire, "leaves": 1 << 32}, {**wire, "step": 1 << 32}, {**wire, "leaves": 1 << 63},
-                {**wire, "inputs": [{**wire["inputs"][0], "index": 1 << 32}]},
-                {**wire, "inputs": [{**wire["inputs"][0], "output": 1 << 32}]}):
-        assert _code(msgpack.packb(bad, use_bin_type=True)) == "malformed.step_proof"
-    for edge in ({**wire, "leaves": top}, {**wire, "step": top},
-                 {**wire, "inputs": [{**wire["inputs"][0], "index": top, "output": top}, *wire["inputs"][1:]]}):
+    operand = wire["operands"][0]
+    chunk = operand["chunks"][0]
+    for value in (1 << 32, 1 << 63):
+        for bad in ({**wire, "program": [value, *wire["program"][1:]]}, {**wire, "program": [*wire["program"][:4], value]},
+                    {**wire, "step": value}, {**wire, "element": value},
+                    {**wire, "operands": [{**operand, "chunks": [{**chunk, "index": value}]}, *wire["operands"][1:]]}):
+            assert _code(msgpack.packb(bad, use_bin_type=True)) == "malformed.step_proof"
+    for edge in ({**wire, "program": [*wire["program"][:4], top]}, {**wire, "step": top}, {**wire, "element": top},
+                 {**wire, "operands": [{**operand, "chunks": [{**chunk, "index": top}]}, *wire["operands"][1:]]}):
         decoded = proof_codec.decode(msgpack.packb(edge, use_bin_type=True))
-        assert not valid(stepproof.check_step(decoded, root))
+        assert code_of(stepproof.check_step, decoded, *roots(mlp_model(), trace)) in (
+            "malformed.step_proof", "input.not_included")
 
 
 def test_cli_prove_and_check(capsys, tmp_path):
