@@ -721,8 +721,8 @@ def _store() -> Setup:
             listed = outcome(store.list)
             if listed is not None:
                 for e in listed:
-                    held = (root / (e.model_hash + ".cvm")).read_bytes()
-                    if e.intact and outcome(lambda: cvmvm.load(held).model_hash.hex()) != e.model_hash:
+                    if e.intact and outcome(lambda: cvmvm.load((root / (e.model_hash + ".cvm")).read_bytes())
+                                            .model_hash.hex()) != e.model_hash:
                         raise Violation("store list called a corrupt file intact")
             outcome(lambda: store.add(model))
             if name.read_bytes() != model.canonical_bytes:

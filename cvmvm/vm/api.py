@@ -309,7 +309,7 @@ def _run_op_type(k: int, value: np.ndarray, precision: int | None, int32_only: b
 def value_type(value: np.ndarray, precision: int | None = None) -> TensorType:
     """The VM type of an array: an int32-valued integer array is int32 of ``precision`` (default:
     the smallest that holds its values; none when it holds INT32_MIN), any other VM dtype itself."""
-    t = _run_op_type(0, value, precision)
+    t = _run_op_type(0, value, precision, True)
     if t.precision is not None and not MIN_PRECISION <= t.precision <= MAX_PRECISION:
         raise InputError("precision", f"precision {t.precision} must be in [1, 32]")
     if t.precision is not None and value.size:

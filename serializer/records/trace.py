@@ -251,7 +251,12 @@ def _program_root(entries: tuple[Entry, ...], heads: list[int], what: str) -> by
             records.append(input_record(e.tensor, e.type))
         elif e.kind == PARAM:
             records.append(param_record(e.tensor, e.commitment))
-        elif e.output == 0:
+        elif e.output:
+            first = entries[e.tensor - e.output]   # its output 0 (_positions): one instruction, one record
+            if (e.op, e.attrs, e.inputs) != (first.op, first.attrs, first.inputs):
+                raise MalformedError("trace", f"{what}: entries[{e.tensor}]: output {e.output} of instruction "
+                                              f"{e.index} shows another op, attributes or inputs than its output 0")
+        else:
             if len(outputs[e.index]) != len(OP_BY_NAME[e.op].outputs):
                 raise MalformedError("trace", f"{what}: entries[{e.tensor}]: instruction {e.index} ({e.op}) has "
                                               f"{len(OP_BY_NAME[e.op].outputs)} outputs, the file lists "
