@@ -62,8 +62,7 @@ def blas_libraries() -> list[str]:
 
 
 def golden_records() -> dict[str, Any]:
-    sys.path.insert(0, str(REPO / "fixtures"))
-    import generate
+    from tests.fixture_script import generate
 
     out: dict[str, Any] = {}
     for path, data in sorted(generate.golden_files().items()):

@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "fixtures"))
-
-import generate  # noqa: E402
+from tests.fixture_script import generate  # noqa: E402
 
 
 def golden(name: str) -> list[dict]:

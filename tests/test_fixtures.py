@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "fixtures"))
-
-import generate  # noqa: E402  (fixtures/ is data plus its generator script, not a package)
+from tests.fixture_script import generate  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -36,3 +33,10 @@ def test_reference_copies_match_shared_when_present():
         pytest.skip("../shared is not beside this checkout; the copies cannot be compared")
     stale = generate.write_or_check(generate.copy_reference(shared), check=True)
     assert stale == []
+
+
+def test_fixtures_folder_is_never_on_sys_path():
+    """Its folders would shadow real packages (fixtures/onnx for onnx): see tests/fixture_script.py.
+    Every test module is imported before any test runs, so this sees what they all did."""
+    import sys
+    assert str(REPO / "fixtures") not in [str(Path(p).resolve()) for p in sys.path if p]

@@ -7,7 +7,6 @@ GEMMs in 1 and 2 chunks (perf) and up to 5 (perf-large).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "fixtures" / "models"
-sys.path.insert(0, str(REPO / "fixtures"))
-
-import generate  # noqa: E402  (fixtures/ is data plus its generator script, not a package)
+from tests.fixture_script import generate  # noqa: E402
 
 from cvmvm.vm.execute import execute  # noqa: E402
 

@@ -326,9 +326,7 @@ def test_cli_contract(capsys, tmp_path):
 
 def test_every_instruction_of_the_perf_model_proves():
     """One run, every instruction proved at element 0 and three of them whole."""
-    import sys
-    sys.path.insert(0, str(REPO / "fixtures"))
-    import generate
+    from tests.fixture_script import generate
     model = generate.load_fixture_model("perf")
     values = committed_run(model, {"data": generate.load_fixture_inputs("perf")[0]})
     trace = make_trace(model.program, [tensor_commitment(v, model.program.types[t]) for t, v in enumerate(values)])
