@@ -3,7 +3,7 @@
 
 Each round forks this (warm) process and runs the command's own main() in the child, then sends
 it SIGKILL at a moment drawn uniformly over a full run's duration (measured first, in the same
-way), so the kills fall in loading, running, writing and committing alike.  After every kill:
+way, and kept current by the runs that finish), so the kills fall in loading, running, writing and committing alike.  After every kill:
 nothing partial or corrupt under a final name, and the run's outputs all old or all new once the
 next command that writes there has finished what the killed one left (cvmvm.files).
 """
@@ -14,6 +14,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -63,6 +64,23 @@ def _duration(argv: list[str], before=lambda: None) -> float:
     return sorted(times)[1]
 
 
+class _Moments:
+    """Kill moments drawn uniformly over a command's run time.  A busy machine stretches and
+    shrinks runs while the test goes on, so each run that finished before its kill updates the
+    estimate: a duration measured in a slow moment cannot leave too few runs killed."""
+
+    def __init__(self, full: float, seed: int) -> None:
+        self.durations = [full]
+        self.rng = random.Random(seed)
+
+    def draw(self) -> float:
+        return self.rng.uniform(0, 1.2 * statistics.median(self.durations[-5:]))
+
+    def ran(self, code: int, took: float) -> None:
+        if code == 0:
+            self.durations.append(took)
+
+
 def _own_temps(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if files.is_own_temp(p.name))
 
@@ -79,8 +97,8 @@ def test_kill_9_during_store_add(tmp_path):
     store = tmp_path / "store"
     first = store / (models[0].model_hash.hex() + ".cvm")
     whole = {m.model_hash.hex() + ".cvm": m.canonical_bytes for m in models}   # each name's whole file
-    full = _duration(["store", "add", str(store), str(tmp_path / "m0.cvm")], lambda: first.unlink(missing_ok=True))
-    rng = random.Random(12)
+    moments = _Moments(_duration(["store", "add", str(store), str(tmp_path / "m0.cvm")],
+                                 lambda: first.unlink(missing_ok=True)), 12)
     killed = 0
     for r in range(3 * ROUNDS):   # until ROUNDS kills of a command still running (a busy machine stretches runs)
         if killed == ROUNDS:
@@ -91,7 +109,8 @@ def test_kill_9_during_store_add(tmp_path):
             target.write_bytes(CORRUPT)
         else:
             target.unlink(missing_ok=True)
-        code, _ = _child(["store", "add", str(store), str(tmp_path / f"m{k}.cvm")], rng.uniform(0, 1.2 * full))
+        code, took = _child(["store", "add", str(store), str(tmp_path / f"m{k}.cvm")], moments.draw())
+        moments.ran(code, took)
         killed += code == -signal.SIGKILL
         for p in store.iterdir():
             if files.is_own_temp(p.name):
@@ -133,15 +152,15 @@ def test_kill_9_during_run_with_every_output(tmp_path):
         states[which] = _outputs(out)
     assert states["a"].keys() == states["b"].keys() and len(states["a"]) == 3
     assert all(states["a"][k] != states["b"][k] for k in states["a"])
-    full = _duration(argv("b"))
-    rng = random.Random(7)
+    moments = _Moments(_duration(argv("b")), 7)
     now = "b"
     outcomes = {"killed": 0, "all old": 0, "all new": 0, "finished by the next command": 0}
     for r in range(3 * ROUNDS):   # until ROUNDS kills of a command still running
         if outcomes["killed"] == ROUNDS:
             break
         new = "a" if now == "b" else "b"
-        code, _ = _child(argv(new), rng.uniform(0, 1.2 * full))
+        code, took = _child(argv(new), moments.draw())
+        moments.ran(code, took)
         outcomes["killed"] += code == -signal.SIGKILL
         seen = _outputs(out)
         for name, data in seen.items():   # every final name: a whole old or a whole new file
