@@ -13,7 +13,20 @@ CVM instructions), program.py (the program being built), report.py (float vs qua
 May import isa, serializer, cvmvm.files and cvmvm.vm; never cvmvm.tx or cvmvm.cli.
 """
 
-from cvmvm.importer.api import ImportResult, import_onnx
-from cvmvm.importer.lower import Options
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["ImportResult", "Options", "import_onnx"]
+
+
+def __getattr__(name: str) -> Any:
+    # Resolved on first use, so that the modules that need no onnx (quant.py's arithmetic) import
+    # without the extra; using the pipeline without it raises onnx's ModuleNotFoundError.
+    if name in ("ImportResult", "import_onnx"):
+        from cvmvm.importer import api
+        return getattr(api, name)
+    if name == "Options":
+        from cvmvm.importer.lower import Options
+        return Options
+    raise AttributeError(f"module 'cvmvm.importer' has no attribute {name!r}")
