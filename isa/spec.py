@@ -51,6 +51,10 @@ class OpDef:
     # The kernel's real work and scratch memory, from static facts only: required.
     work: WorkRule = field(kw_only=True)
     scratch: ScratchRule = field(kw_only=True)
+    # Why the kernel cannot leave its outputs' verified precisions (it selects input values,
+    # or clips to the precision last), or None: the executor then checks every value of
+    # every int32 output (one min/max pass).  Either way it confirms shape and dtype.
+    in_range: str | None = field(default=None, kw_only=True)
 
 
 def fixed(*names: str) -> InputNames:

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Mapping, cast
 import numpy as np
 
 from isa.errors import InputError, InternalError, LimitError
+from isa.attrs import INT32_MAX
 from isa.types import DTYPES, INT32, TensorType, precision_bound, quantize_float, round_half_away, vm_dtype
 from cvmvm.vm.verify import Program
 
@@ -104,23 +105,16 @@ def prepare_inputs(program: Program, inputs: Mapping[str, object] | Iterable[tup
                    clipped: list[Clipping] | None = None) -> list[np.ndarray]:
     """Every input of the program, by name from ``inputs`` (a mapping or (name, value) pairs),
     checked and prepared in the model's input order."""
+    plan = compiled(program)
     given = dict(inputs)
-    expected = [i.name for i in program.model.inputs]
-    unknown = sorted(set(given) - set(expected))
-    if unknown:
-        raise InputError("name", f"unknown input {unknown[0]!r}; the model takes {expected}")
-    feeds = []
-    for inp, scale in zip(program.model.inputs, program.model.input_scales):
-        if inp.name not in given:
-            raise InputError("name", f"missing input {inp.name!r}")
-        feeds.append(prepare_input(inp.name, inp.type, given[inp.name], scale, clipped))
-    return feeds
+    if given.keys() != plan.names_set:
+        _check_names(plan, given)
+    return [prepare(given[name], clipped) for name, prepare in zip(plan.names, plan.prepare)]
 
 
 def peak_bytes(program: Program) -> int:
-    """The most bytes of tensors alive at once during a run, from the program alone (every size is
-    static, and execution drops each tensor after its last use, ``Program.free_after``): what
-    ``execute`` measures, for the runs that do not measure it (a batched run's items)."""
+    """The most bytes of tensors alive at once during a run, from the program alone: every size is
+    static, and execution drops each tensor after its last use (``Program.free_after``)."""
     sizes = [t.size * DTYPES[t.dtype].itemsize for t in program.types]
     live = sum(sizes[:program.model.num_variables])
     peak = live
@@ -131,74 +125,192 @@ def peak_bytes(program: Program) -> int:
     return peak
 
 
-def confirm(where: str, t: TensorType, value: np.ndarray) -> np.ndarray:
-    """Check a kernel's output against its verified type; return it canonical (exact dtype, C order)."""
-    if not isinstance(value, np.ndarray) or tuple(value.shape) != t.shape:
-        shape = getattr(value, "shape", None)
-        raise InternalError("shape", f"{where}: kernel produced shape {shape}, verified {t.shape}")
-    if t.dtype == INT32 and t.precision is not None:
-        if vm_dtype(value.dtype) not in (INT32, "int64"):
-            raise InternalError("dtype", f"{where}: kernel produced {value.dtype}, verified int32")
-        if value.size:
-            bound = precision_bound(t.precision)
-            lo, hi = int(np.minimum.reduce(value, axis=None)), int(np.maximum.reduce(value, axis=None))
-            if lo < -bound or hi > bound:
-                raise InternalError("precision", f"{where}: value {lo if lo < -bound else hi} outside "
-                                                 f"inferred precision {t.precision}")
-        return np.ascontiguousarray(value, dtype=np.int32)
-    if vm_dtype(value.dtype) != t.dtype:
-        raise InternalError("dtype", f"{where}: kernel produced {value.dtype}, verified {t.dtype}")
-    return np.ascontiguousarray(value, dtype=DTYPES[t.dtype])
+# -- the compiled program ------------------------------------------------------------
+#
+# Everything about a run that does not depend on the input values is decided once per
+# program, on its first run: each input's check, each step's bound kernel, how each of
+# its outputs is confirmed, which tensors die after it, and the run's peak bytes.
+
+_INT32 = np.dtype(np.int32)
+_INT64 = np.dtype(np.int64)
+_INT32_MIN = -(1 << 31)
+
+Confirm = Callable[[object], np.ndarray]
+
+
+def _confirmer(where: str, t: TensorType, in_range: bool) -> Confirm:
+    """How one output of a kernel is confirmed against its verified type and made canonical
+    (exact dtype, C order).  An int32 CVM tensor's values are checked against its precision,
+    one min/max pass, unless the op proves they cannot leave it (``OpDef.in_range``) and the
+    kernel kept native int32; an int64 result (or a non-native one) is always checked before its cast."""
+    shape = t.shape
+
+    def wrong(value: object) -> InternalError:
+        if not isinstance(value, np.ndarray) or tuple(value.shape) != shape:
+            return InternalError("shape", f"{where}: kernel produced shape {getattr(value, 'shape', None)}, "
+                                          f"verified {shape}")
+        return InternalError("dtype", f"{where}: kernel produced {value.dtype}, verified {t.dtype}")
+
+    if t.dtype != INT32 or t.precision is None:
+        dtype = DTYPES[t.dtype]
+
+        def confirm_exact(value: object) -> np.ndarray:
+            if not isinstance(value, np.ndarray) or value.shape != shape or vm_dtype(value.dtype) != t.dtype:
+                raise wrong(value)
+            return np.ascontiguousarray(value, dtype=dtype)   # native byte order
+        return confirm_exact
+
+    bound = precision_bound(t.precision)
+
+    def outside(value: np.ndarray) -> bool:
+        if bound == INT32_MAX and value.dtype == _INT32:   # only INT32_MIN is outside precision 32
+            return bool(np.minimum.reduce(value, axis=None) == _INT32_MIN)
+        return bool(np.minimum.reduce(value, axis=None) < -bound or np.maximum.reduce(value, axis=None) > bound)
+
+    def confirm(value: object) -> np.ndarray:
+        if not isinstance(value, np.ndarray) or value.shape != shape:
+            raise wrong(value)
+        if value.dtype == _INT32:
+            if not in_range and outside(value):
+                raise _out_of_range(where, value, t.precision)
+            return np.ascontiguousarray(value)
+        if value.dtype == _INT64 or vm_dtype(value.dtype) in (INT32, "int64"):   # either byte order
+            if outside(value):
+                raise _out_of_range(where, value, t.precision)
+            return np.ascontiguousarray(value, dtype=_INT32)
+        raise wrong(value)
+    return confirm
+
+
+def _out_of_range(where: str, value: np.ndarray, precision: int) -> InternalError:
+    bound = precision_bound(precision)
+    lo, hi = int(value.min()), int(value.max())
+    return InternalError("precision", f"{where}: value {lo if lo < -bound else hi} outside "
+                                      f"inferred precision {precision}")
+
+
+Prepare = Callable[[object, "list[Clipping] | None"], np.ndarray]
+
+
+def _preparer(name: str, t: TensorType, scale: float | None) -> Prepare:
+    """One input's check: an int32 array of the right shape within its precision (what callers
+    pass nearly always) costs one comparison of dtype and shape and one range check; anything
+    else takes ``prepare_input``'s general path (casts, clipping and its report, quantization)."""
+    if t.dtype != INT32 or t.precision is None:
+        return lambda value, clipped: prepare_input(name, t, value, scale, clipped)
+    shape, bound = t.shape, precision_bound(t.precision)
+
+    def prepare(value: object, clipped: list[Clipping] | None) -> np.ndarray:
+        if (isinstance(value, np.ndarray) and value.dtype == _INT32 and value.shape == shape
+                and np.minimum.reduce(value, axis=None) >= -bound and np.maximum.reduce(value, axis=None) <= bound):
+            return np.array(value, dtype=_INT32, order="C")  # the VM's own copy
+        return prepare_input(name, t, value, scale, clipped)
+    return prepare
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    run: Callable[..., tuple[np.ndarray, ...]]  # the kernel bound with its attributes and plan
+    inputs: tuple[int, ...]
+    outputs: tuple[tuple[int, Confirm], ...]
+    dead: tuple[int, ...]   # tensors no later step or output reads: dropped once it ran
+    where: str
+
+
+@dataclass(frozen=True)
+class Compiled:
+    names: tuple[str, ...]                # the inputs, in order
+    names_set: frozenset[str]
+    prepare: tuple[Prepare, ...]
+    template: tuple[np.ndarray | None, ...]  # by tensor id: the params in place, None elsewhere
+    variables: int                        # inputs and params
+    steps: tuple[CompiledStep, ...]
+    outputs: tuple[int, ...]
+    peak: int
+
+
+def compiled(program: Program) -> Compiled:
+    """The program's compiled form, made on its first run and kept with it."""
+    done = program.runtime.get("compiled")
+    if done is None:
+        done = program.runtime["compiled"] = _compile(program)
+    return cast(Compiled, done)
+
+
+def _compile(program: Program) -> Compiled:
+    model = program.model
+    steps = []
+    for step in program.steps:
+        where = f"instruction {step.index} ({step.op.name})"
+        outputs = tuple((t, _confirmer(where, ty, step.op.in_range is not None))
+                        for t, ty in zip(step.outputs, step.out_types))
+        steps.append(CompiledStep(step.run, step.inputs, outputs, program.free_after[step.index], where))
+    template = [None] * len(model.inputs) + [p.value for p in model.params]
+    template += [None] * (len(program.types) - len(template))
+    names = tuple(i.name for i in model.inputs)
+    return Compiled(names, frozenset(names),
+                    tuple(_preparer(i.name, i.type, s) for i, s in zip(model.inputs, model.input_scales)),
+                    tuple(template), model.num_variables, tuple(steps), model.outputs, peak_bytes(program))
 
 
 def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorObserver | None = None,
             clipped: list[Clipping] | None = None) -> tuple[list[np.ndarray], int]:
     """Run the program; return its outputs in head order and the peak bytes of live tensors
-    (what ``peak_bytes`` computes from the program alone).  Clipped inputs are reported in
-    ``clipped`` when given.
+    (``peak_bytes``).  Clipped inputs are reported in ``clipped`` when given.
 
     Verification bounded the run's memory (``program.memory_bytes``); a host
     that cannot give that much is refused as limit.memory, never a crash.
     """
+    plan = compiled(program)
     position = ["its inputs"]  # where the run is, for that refusal
     try:
-        return _execute(program, inputs, observe, clipped, position)
+        return _execute(plan, inputs, observe, clipped, position), plan.peak
     except MemoryError:
         raise LimitError("memory", f"out of memory at {position[0]}: this host cannot give the "
                                    f"{program.memory_bytes} bytes the program needs at its peak") from None
 
 
-def _execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorObserver | None,
-             clipped: list[Clipping] | None, position: list[str]) -> tuple[list[np.ndarray], int]:
-    model = program.model
-    variables = prepare_inputs(program, inputs, clipped) + [p.value for p in model.params]
+def _check_names(plan: Compiled, given: Mapping[str, object]) -> None:
+    """Raise for an unknown input name first, then a missing one."""
+    unknown = sorted(set(given) - set(plan.names))
+    if unknown:
+        raise InputError("name", f"unknown input {unknown[0]!r}; the model takes {list(plan.names)}")
+    for name in plan.names:
+        if name not in given:
+            raise InputError("name", f"missing input {name!r}")
+
+
+def _execute(plan: Compiled, inputs: Mapping[str, object], observe: TensorObserver | None,
+             clipped: list[Clipping] | None, position: list[str]) -> list[np.ndarray]:
+    given = dict(inputs)
+    if given.keys() != plan.names_set:
+        _check_names(plan, given)
+    env = list(plan.template)
+    for k, (name, prepare) in enumerate(zip(plan.names, plan.prepare)):
+        env[k] = prepare(given[name], clipped)
+    del given
     if observe is not None:
-        for k, value in enumerate(variables):
-            observe(k, value)
-    env: list[np.ndarray | None] = [*variables, *[None] * (len(program.types) - len(variables))]
-    nbytes = [v.nbytes for v in variables] + [0] * (len(program.types) - len(variables))
-    del variables  # each tensor is held by env alone, so freeing it there frees it
-    live = sum(nbytes)
-    peak = live
-    for step in program.steps:
-        where = f"instruction {step.index} ({step.op.name})"
-        position[0] = where
-        results = step.run(*(env[t] for t in step.inputs))
-        if len(results) != len(step.outputs):
-            raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, "
-                                         f"verified {len(step.outputs)}")
-        for t, ty, value in zip(step.outputs, step.out_types, results):
-            out = confirm(where, ty, value)
-            env[t] = out
-            nbytes[t] = out.nbytes
-            live += out.nbytes
-            if observe is not None:
-                observe(t, out)
-        # The kernel's own arrays (an int64 result beside its int32 copy) go before the next kernel runs.
-        del results, value, out
-        peak = max(peak, live)
-        for t in program.free_after[step.index]:
-            live -= nbytes[t]
-            env[t] = None
+        for k in range(plan.variables):
+            observe(k, cast(np.ndarray, env[k]))
+    for step in plan.steps:
+        position[0] = step.where
+        _step(step, env, observe)
     # Verification never frees an output (Program.free_after), so each is still there.
-    return cast(list[np.ndarray], [env[t] for t in model.outputs]), peak
+    return cast(list[np.ndarray], [env[t] for t in plan.outputs])
+
+
+def _step(step: CompiledStep, env: list[np.ndarray | None], observe: TensorObserver | None) -> None:
+    """One instruction: its kernel, each output confirmed, the tensors it was last to read dropped.
+    (A function of its own so that the kernel's own arrays, an int64 result beside its int32
+    copy, are gone before the next kernel runs.)"""
+    results = step.run(*[env[t] for t in step.inputs])
+    if len(results) != len(step.outputs):
+        raise InternalError("arity", f"{step.where}: kernel returned {len(results)} outputs, "
+                                     f"verified {len(step.outputs)}")
+    for (t, confirm), value in zip(step.outputs, results):
+        out = confirm(value)
+        env[t] = out
+        if observe is not None:
+            observe(t, out)
+    for t in step.dead:
+        env[t] = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -102,6 +102,9 @@ class Program:
     work: int               # work units of one run (docs/RESOURCES.md)
     memory_bytes: int       # peak bytes of one run: live tensors + scratch
     limits: Limits          # what it was verified under
+    # What execution derives from the program once, on its first run (cvmvm.vm.execute: the
+    # compiled steps); not part of what the program is.
+    runtime: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def input_types(self) -> tuple[TensorType, ...]:

@@ -114,7 +114,7 @@ def broadcast_max_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[np.n
 BROADCAST_MAX = OpDef("broadcast_max", NoAttrs, fixed("lhs", "rhs"), ("output",),
                       shape=broadcast_shape, precision=wider_precision, cost=unit_cost,
                       kernel=broadcast_max_kernel, reference=reference.broadcast_max,
-                      work=strided_passes(1), scratch=no_scratch)
+                      work=strided_passes(1), scratch=no_scratch, in_range="selects input values")
 
 
 # -- broadcast_greater -------------------------------------------------------
@@ -132,7 +132,7 @@ def broadcast_greater_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[
 BROADCAST_GREATER = OpDef("broadcast_greater", NoAttrs, fixed("lhs", "rhs"), ("output",),
                           shape=broadcast_shape, precision=broadcast_greater_precision, cost=unit_cost,
                           kernel=broadcast_greater_kernel, reference=reference.broadcast_greater,
-                          work=strided_passes(2), scratch=broadcast_scratch(1))
+                          work=strided_passes(2), scratch=broadcast_scratch(1), in_range="0 or 1")
 
 
 # -- where -------------------------------------------------------------------
@@ -158,5 +158,5 @@ def where_kernel(a: NoAttrs, cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> 
 WHERE = OpDef("where", NoAttrs, fixed("condition", "x", "y"), ("output",),
               shape=where_shape, precision=where_precision, cost=unit_cost, kernel=where_kernel,
               reference=reference.where,
-              work=strided_passes(2), scratch=broadcast_scratch(0, (1, 0, 0)))
+              work=strided_passes(2), scratch=broadcast_scratch(0, (1, 0, 0)), in_range="selects input values")
 

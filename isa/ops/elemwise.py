@@ -53,7 +53,7 @@ def relu_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 RELU = OpDef("relu", NoAttrs, fixed("data"), ("output",),
              shape=same_shape, precision=same_precision, cost=unit_cost, kernel=relu_kernel, reference=reference.relu,
-             work=per_output(1), scratch=no_scratch)
+             work=per_output(1), scratch=no_scratch, in_range="max(X, 0): an input value or 0")
 
 
 # -- abs ---------------------------------------------------------------------
@@ -65,7 +65,7 @@ def abs_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 ABS = OpDef("abs", NoAttrs, fixed("data"), ("output",),
             shape=same_shape, precision=same_precision, cost=unit_cost, kernel=abs_kernel, reference=reference.abs_,
-            work=per_output(1), scratch=no_scratch)
+            work=per_output(1), scratch=no_scratch, in_range="|X| of a value within a symmetric range")
 
 
 # -- negative ----------------------------------------------------------------
@@ -78,7 +78,7 @@ def negative_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 NEGATIVE = OpDef("negative", NoAttrs, fixed("data"), ("output",),
                  shape=same_shape, precision=same_precision, cost=unit_cost, kernel=negative_kernel,
                  reference=reference.negative,
-                 work=per_output(1), scratch=no_scratch)
+                 work=per_output(1), scratch=no_scratch, in_range="-X of a value within a symmetric range")
 
 
 # -- cvm_precision -----------------------------------------------------------
@@ -101,7 +101,8 @@ CVM_PRECISION = OpDef("cvm_precision", NoAttrs, fixed("data"), ("output",),
                       shape=same_shape, precision=cvm_precision_precision, cost=unit_cost,
                       # a binary search per element, on int64 copies
                       work=per_output(40), scratch=scratch_per_output(16),
-                      kernel=cvm_precision_kernel, reference=reference.cvm_precision)
+                      kernel=cvm_precision_kernel, reference=reference.cvm_precision,
+                      in_range="searchsorted over 31 powers of two: 1 to 31")
 
 
 # -- elemwise_add ------------------------------------------------------------
@@ -155,7 +156,7 @@ def clip_kernel(a: ClipAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 CLIP = OpDef("clip", ClipAttrs, fixed("data"), ("output",),
              shape=same_shape, precision=clip_precision, cost=unit_cost, kernel=clip_kernel, reference=reference.clip,
-             work=per_output(1), scratch=no_scratch)
+             work=per_output(1), scratch=no_scratch, in_range="clips to [a_min, a_max] last")
 
 
 # -- cvm_clip ----------------------------------------------------------------
@@ -180,7 +181,7 @@ def cvm_clip_kernel(a: CvmClipAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 CVM_CLIP = OpDef("cvm_clip", CvmClipAttrs, fixed("data"), ("output",),
                  shape=same_shape, precision=cvm_clip_precision, cost=unit_cost, kernel=cvm_clip_kernel,
                  reference=reference.cvm_clip,
-                 work=per_output(1), scratch=no_scratch)
+                 work=per_output(1), scratch=no_scratch, in_range="clips to the precision last")
 
 
 # -- cvm_right_shift ---------------------------------------------------------
@@ -251,7 +252,8 @@ def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray, *, plan: RightShiftPla
 CVM_RIGHT_SHIFT = OpDef("cvm_right_shift", RightShiftAttrs, fixed("data"), ("output",),
                         shape=same_shape, precision=right_shift_precision, cost=unit_cost,
                         work=per_output(2), scratch=right_shift_scratch,
-                        kernel=right_shift_kernel, plan=right_shift_plan, reference=reference.cvm_right_shift)
+                        kernel=right_shift_kernel, plan=right_shift_plan, reference=reference.cvm_right_shift,
+                        in_range="clips to the precision last, or the plan proved the rounded range inside it")
 
 
 # -- cvm_left_shift ----------------------------------------------------------
@@ -281,5 +283,6 @@ def left_shift_kernel(a: LeftShiftAttrs, x: np.ndarray) -> tuple[np.ndarray, ...
 CVM_LEFT_SHIFT = OpDef("cvm_left_shift", LeftShiftAttrs, fixed("data"), ("output",),
                        shape=same_shape, precision=left_shift_precision, cost=unit_cost,
                        kernel=left_shift_kernel, reference=reference.cvm_left_shift,
-                       work=per_output(3), scratch=scratch_per_output(16))   # the int64 product and its clip
+                       work=per_output(3), scratch=scratch_per_output(16),   # the int64 product and its clip
+                       in_range="clips to the precision last")
 

@@ -578,7 +578,8 @@ def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray) -> tuple[np.ndarray, ...
 MAX_POOL2D = OpDef("max_pool2d", MaxPool2DAttrs, fixed("data"), ("output",),
                    shape=max_pool2d_shape, precision=same_precision, cost=max_pool2d_cost,
                    kernel=max_pool2d_kernel, reference=reference.max_pool2d,
-                   work=max_pool2d_work, scratch=max_pool2d_scratch)
+                   work=max_pool2d_work, scratch=max_pool2d_scratch,
+                   in_range="selects input values (padding never wins)")
 
 
 # -- upsampling ----------------------------------------------------------------
@@ -613,5 +614,5 @@ def upsampling_kernel(a: UpSamplingAttrs, x: np.ndarray) -> tuple[np.ndarray, ..
 UPSAMPLING = OpDef("upsampling", UpSamplingAttrs, fixed("data"), ("output",),
                    shape=upsampling_shape, precision=same_precision, cost=unit_cost, kernel=upsampling_kernel,
                    reference=reference.upsampling,
-                   work=upsampling_work, scratch=upsampling_scratch)
+                   work=upsampling_work, scratch=upsampling_scratch, in_range="selects input values")
 

@@ -145,5 +145,5 @@ def max_kernel(a: ReduceAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 MAX = OpDef("max", ReduceAttrs, fixed("data"), ("output",),
             shape=reduce_shape, precision=same_precision, cost=unit_cost, kernel=max_kernel, reference=reference.max_,
-            work=reduce_work, scratch=reduce_scratch)
+            work=reduce_work, scratch=reduce_scratch, in_range="selects input values")
 

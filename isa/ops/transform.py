@@ -53,7 +53,7 @@ def repeat_kernel(a: RepeatAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 REPEAT = OpDef("repeat", RepeatAttrs, fixed("data"), ("output",),
                shape=repeat_shape, precision=same_precision, cost=unit_cost, kernel=repeat_kernel,
                reference=reference.repeat,
-               work=strided_passes(2), scratch=no_scratch)
+               work=strided_passes(2), scratch=no_scratch, in_range="selects input values")
 
 
 # -- tile --------------------------------------------------------------------
@@ -83,7 +83,7 @@ def tile_kernel(a: TileAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 TILE = OpDef("tile", TileAttrs, fixed("data"), ("output",),
              shape=tile_shape, precision=same_precision, cost=unit_cost, kernel=tile_kernel, reference=reference.tile,
-             work=strided_passes(3), scratch=tile_scratch)
+             work=strided_passes(3), scratch=tile_scratch, in_range="selects input values")
 
 
 # -- flatten -----------------------------------------------------------------
@@ -105,7 +105,7 @@ def flatten_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 FLATTEN = OpDef("flatten", NoAttrs, fixed("data"), ("output",),
                 shape=flatten_shape, precision=same_precision, cost=unit_cost, kernel=flatten_kernel,
                 reference=reference.flatten,
-                work=no_work, scratch=no_scratch)
+                work=no_work, scratch=no_scratch, in_range="selects input values")
 
 
 # -- concatenate -------------------------------------------------------------
@@ -150,7 +150,7 @@ def concatenate_kernel(a: ConcatenateAttrs, *xs: np.ndarray) -> tuple[np.ndarray
 CONCATENATE = OpDef("concatenate", ConcatenateAttrs, concatenate_inputs, ("output",),
                     shape=concatenate_shape, precision=concatenate_precision, cost=unit_cost,
                     kernel=concatenate_kernel, reference=reference.concatenate,
-                    work=concatenate_work, scratch=no_scratch)
+                    work=concatenate_work, scratch=no_scratch, in_range="selects input values")
 
 
 # -- expand_dims -------------------------------------------------------------
@@ -181,7 +181,7 @@ def expand_dims_kernel(a: ExpandDimsAttrs, x: np.ndarray) -> tuple[np.ndarray, .
 EXPAND_DIMS = OpDef("expand_dims", ExpandDimsAttrs, fixed("data"), ("output",),
                     shape=expand_dims_shape, precision=same_precision, cost=unit_cost,
                     kernel=expand_dims_kernel, reference=reference.expand_dims,
-                    work=no_work, scratch=no_scratch)
+                    work=no_work, scratch=no_scratch, in_range="selects input values")
 
 
 # -- reshape -----------------------------------------------------------------
@@ -289,7 +289,7 @@ def reshape_kernel(a: ReshapeAttrs, x: np.ndarray, *, plan: Shape) -> tuple[np.n
 RESHAPE = OpDef("reshape", ReshapeAttrs, fixed("data"), ("output",),
                 shape=reshape_shape, precision=same_precision, cost=unit_cost, kernel=reshape_kernel,
                 plan=reshape_plan, reference=reference.reshape,
-                work=no_work, scratch=no_scratch)
+                work=no_work, scratch=no_scratch, in_range="selects input values")
 
 
 # -- squeeze -----------------------------------------------------------------
@@ -324,7 +324,7 @@ def squeeze_kernel(a: SqueezeAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
 SQUEEZE = OpDef("squeeze", SqueezeAttrs, fixed("data"), ("output",),
                 shape=squeeze_shape, precision=same_precision, cost=unit_cost, kernel=squeeze_kernel,
                 reference=reference.squeeze,
-                work=no_work, scratch=no_scratch)
+                work=no_work, scratch=no_scratch, in_range="selects input values")
 
 
 # -- transpose ---------------------------------------------------------------
@@ -358,7 +358,7 @@ def transpose_kernel(a: TransposeAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]
 TRANSPOSE = OpDef("transpose", TransposeAttrs, fixed("data"), ("output",),
                   shape=transpose_shape, precision=same_precision, cost=unit_cost, kernel=transpose_kernel,
                   reference=reference.transpose,
-                  work=strided_passes(5), scratch=no_scratch)
+                  work=strided_passes(5), scratch=no_scratch, in_range="selects input values")
 
 
 # -- strided_slice -----------------------------------------------------------
@@ -413,7 +413,7 @@ def strided_slice_kernel(a: StridedSliceAttrs, x: np.ndarray) -> tuple[np.ndarra
 STRIDED_SLICE = OpDef("strided_slice", StridedSliceAttrs, fixed("data"), ("output",),
                       shape=strided_slice_shape, precision=same_precision, cost=unit_cost,
                       kernel=strided_slice_kernel, reference=reference.strided_slice,
-                      work=strided_passes(2), scratch=no_scratch)
+                      work=strided_passes(2), scratch=no_scratch, in_range="selects input values")
 
 
 # -- take --------------------------------------------------------------------
@@ -450,7 +450,7 @@ def take_kernel(a: TakeAttrs, x: np.ndarray, indices: np.ndarray) -> tuple[np.nd
 
 TAKE = OpDef("take", TakeAttrs, fixed("data", "indices"), ("output",),
              shape=take_shape, precision=same_precision, cost=unit_cost, kernel=take_kernel, reference=reference.take,
-             work=take_work, scratch=take_scratch)
+             work=take_work, scratch=take_scratch, in_range="selects input values")
 
 
 # -- cvm_lut -----------------------------------------------------------------
@@ -485,7 +485,7 @@ def cvm_lut_kernel(a: CvmLutAttrs, indices: np.ndarray, table: np.ndarray) -> tu
 CVM_LUT = OpDef("cvm_lut", CvmLutAttrs, fixed("indices", "table"), ("output",),
                 shape=cvm_lut_shape, precision=cvm_lut_precision, cost=unit_cost, kernel=cvm_lut_kernel,
                 reference=reference.cvm_lut,
-                work=cvm_lut_work, scratch=cvm_lut_scratch)
+                work=cvm_lut_work, scratch=cvm_lut_scratch, in_range="selects table values")
 
 
 # -- slice_like --------------------------------------------------------------
@@ -524,5 +524,5 @@ def slice_like_kernel(a: SliceLikeAttrs, x: np.ndarray, like: np.ndarray) -> tup
 SLICE_LIKE = OpDef("slice_like", SliceLikeAttrs, fixed("data", "shape_like"), ("output",),
                    shape=slice_like_shape, precision=same_precision, cost=unit_cost, kernel=slice_like_kernel,
                    reference=reference.slice_like,
-                   work=strided_passes(1), scratch=no_scratch)
+                   work=strided_passes(1), scratch=no_scratch, in_range="selects input values")
 
