@@ -73,7 +73,7 @@ def macs(program) -> int:
     total = 0
     for step in program.steps:
         if step.op.name in ("conv2d", "dense"):
-            total += step.out_types[0].size * step.plan.k
+            total += step.out_types[0].size * (step.plan.gemm if step.op.name == "conv2d" else step.plan).k
     return total
 
 

@@ -142,7 +142,7 @@ def test_verified_conv2d_at_the_float32_edge(c, kernel, chunks):
     w = np.full((2, c, *kernel), -127, dtype=np.int32)
     w[1] = 127
     model, feeds = single_op_model("conv2d", [x, w], dict(channels=2, kernel_size=kernel, use_bias=False))
-    plan = model.program.steps[0].plan
+    plan = model.program.steps[0].plan.gemm
     assert (plan.path, plan.k, plan.chunks) == ("f32", c * kernel[0] * kernel[1], chunks)
     (y,) = model.run(feeds).outputs
     k = c * kernel[0] * kernel[1]
@@ -214,11 +214,13 @@ def test_every_path_agrees_on_one_conv2d(case, fill):
     a = conv_attrs(**attrs)
     (want,) = reference.conv2d(a, x, w, b)
     k = ws[1] * ws[2] * ws[3]
-    for plan in forced_plans(k, 8, 8, 21 if b is not None else None):
-        args = (x, w) if b is None else (x, w, b)
-        (y,) = nn.conv2d_kernel(a, *args, plan=plan)
-        assert y.dtype == plan.out_dtype
-        assert np.array_equal(y, want), plan
+    args = (x, w) if b is None else (x, w, b)
+    for gemm in forced_plans(k, 8, 8, 21 if b is not None else None):
+        for small in (False, True):   # im2col's windows, and the small convolutions' gather
+            plan = nn.conv_plan(a, xs, ws, gemm, small)
+            (y,) = nn.conv2d_kernel(a, *args, plan=plan)
+            assert y.dtype == gemm.out_dtype
+            assert np.array_equal(y, want), plan
 
 
 @settings(derandomize=True, max_examples=40, deadline=None)
@@ -243,19 +245,21 @@ def shift_attrs(p: int, b: int):
     return parse_attrs(elemwise.RightShiftAttrs, dict(precision=p, shift_bit=b), fill_defaults=True)
 
 
-@pytest.mark.parametrize("p_in, b, carry", [
-    (31, 31, False),   # 2^30 - 1 + 2^30 = 2^31 - 1: the sum still fits int32
-    (32, 1, True),     # 2^31 - 1 + 1 does not
-    (31, 32, True),    # 2^31 alone does not
-    (30, 31, False),
-    (1, 32, True),
-    (32, 32, True),
-    (8, 1, False),
-    (32, 17, True),    # perf's shifts after broadcast_mul (precision 32)
+@pytest.mark.parametrize("p_in, b, formula", [
+    (31, 31, "add"),       # 2^30 - 1 + 2^30 = 2^31 - 1: the sum still fits int32
+    (32, 1, "carry"),      # 2^31 - 1 + 1 does not, and T = X >> 0 + 1 would not either
+    (31, 32, "shift"),     # 2^31 alone does not; T = X >> 31 + 1 does
+    (30, 31, "add"),
+    (1, 32, "shift"),
+    (32, 32, "shift"),
+    (8, 1, "add"),
+    (31, 1, "add"),        # 2^30 - 1 + 1
+    (32, 2, "shift"),      # T <= 2^30 - 1
+    (32, 17, "shift"),     # perf's shifts after broadcast_mul (precision 32)
 ])
-def test_right_shift_plan_at_its_edge(p_in, b, carry):
+def test_right_shift_plan_at_its_edge(p_in, b, formula):
     plan = elemwise.right_shift_plan(shift_attrs(32, b), TensorType((4,), p_in))
-    assert plan.carry == carry
+    assert plan.formula == formula
     m = precision_bound(p_in)
     x = np.array(sorted({-m, min(-m + 1, m), max(m - 1, -m), m}), dtype=np.int32)
     for q in (1, 8, 31, 32):

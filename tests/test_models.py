@@ -53,9 +53,11 @@ def test_perf_models(name, count):
     model = generate.load_fixture_model(name)
     inputs = generate.load_fixture_inputs(name)
     want = np.load(MODELS / name / "expected_outputs.npy")
-    chunkings = {step.plan.chunks for step in model.program.steps if step.op.name == "conv2d"}
-    assert {step.plan.path for step in model.program.steps if step.plan is not None and step.op.name in
-            ("conv2d", "dense")} == {"f32"}
+    gemms = {step.op.name: [] for step in model.program.steps}
+    for step in model.program.steps:
+        gemms[step.op.name].append(step.plan.gemm if step.op.name == "conv2d" else step.plan)
+    chunkings = {plan.chunks for plan in gemms["conv2d"]}
+    assert {plan.path for plan in gemms["conv2d"] + gemms.get("dense", [])} == {"f32"}
     assert chunkings == ({1, 2} if name == "perf" else {1, 2, 3, 5})
     for k in range(count):
         traced = k % 2 == 1          # hashing in the background must not change a value

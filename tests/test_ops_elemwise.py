@@ -293,6 +293,17 @@ def test_unary_matches_reference(xp, name):
 
 
 @PROPERTY
+@given(tensor())
+def test_both_relu_formulations_match_reference(xp):
+    x, p = xp
+    for plan in ("maximum", "clip"):   # chosen by size (relu_plan); each must be exact at any size
+        (y,) = E.relu_kernel(E.NoAttrs(), x, plan=plan)
+        np.testing.assert_array_equal(y, reference1("relu", [x]))
+    assert E.relu_plan(E.NoAttrs(), TensorType((E.SMALL_ELEMWISE,), p)) == "maximum"
+    assert E.relu_plan(E.NoAttrs(), TensorType((E.SMALL_ELEMWISE + 1,), p)) == "clip"
+
+
+@PROPERTY
 @given(st.data(), st.sampled_from(["elemwise_add", "elemwise_sub"]))
 def test_binary_matches_reference(data, name):
     a, pa = data.draw(tensor())

@@ -306,7 +306,12 @@ def test_max_pool2d_matches_reference(case):
     attrs = dict(pool_size=case["kernel"], strides=case["strides"], padding=case["wire_padding"],
                  ceil_mode=case["ceil_mode"])
     (y,) = run("max_pool2d", [x], attrs)
-    assert np.array_equal(y, reference1("max_pool2d", [x], attrs))
+    want = reference1("max_pool2d", [x], attrs)
+    assert np.array_equal(y, want)
+    a = parse_attrs(nn.MaxPool2DAttrs, attrs, fill_defaults=True)
+    for small in (False, True):   # the separable passes, and the small pools' gather
+        (y,) = nn.max_pool2d_kernel(a, x, plan=nn.pool_plan(a, x.shape, small))
+        assert np.array_equal(y, want), small
 
 
 @settings(derandomize=True, max_examples=40, deadline=None)

@@ -398,10 +398,11 @@ def test_conv2d_tiles_and_gathers_agree_on_every_gemm_path(case, budget):
     k = ws[1] * ws[2] * ws[3]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(nn, "CONV_TILE_BYTES", budget)
-        for plan in (nn.gemm_plan(k, 8, 8), nn.gemm_plan(k, 8, 8, path="f64"), nn.gemm_plan(k, 8, 8, path="i64"),
+        for gemm in (nn.gemm_plan(k, 8, 8), nn.gemm_plan(k, 8, 8, path="f64"), nn.gemm_plan(k, 8, 8, path="i64"),
                      nn.GemmPlan("f32", k, 1, k * 127 * 127, k * 127 * 127)):
+            plan = nn.conv_plan(a, xs, ws, gemm, small=False)
             (y,) = nn.conv2d_kernel(a, *args, plan=plan)
-            assert np.array_equal(y, want), (plan, nn.conv2d_tiling(a, xs, ws, plan.operand_dtype.itemsize))
+            assert np.array_equal(y, want), plan
 
 
 def test_conv2d_tiling_bounds_im2col():

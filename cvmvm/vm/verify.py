@@ -34,8 +34,9 @@ VARIABLE_COST = 5  # ops per element of every input and param, and of every op o
 # A run's work is each kernel's (its op's work rule) plus the executor's own:
 # per instruction (dispatch, output checks, trace leaf) and per byte of every
 # tensor it checks and hashes.  Its memory is the peak, over the run, of the
-# live tensors (params always, every other tensor from its creation to its last
-# use) plus the running kernel's outputs and scratch.  Units: bench/work.py.
+# live tensors (params and what plans hold always, every other tensor from its
+# creation to its last use) plus the running kernel's outputs and scratch.
+# Units: bench/work.py.
 RUN_WORK = 40_000         # work units per run: inputs checked, trace set up, its root and the output hash
 STEP_WORK = 15_000        # per instruction
 VARIABLE_WORK = 2_000     # per input or param: its leaf
@@ -56,6 +57,12 @@ def tensor_work(t: TensorType) -> int:
 
 def tensor_bytes(t: TensorType) -> int:
     return t.size * DTYPES[t.dtype].itemsize
+
+
+def plan_bytes(plan: Any) -> int:
+    """Bytes an instruction's plan holds for the program's life (conv2d's gather index), which a
+    plan declares as its ``held_bytes``: live through every run, like the params."""
+    return int(getattr(plan, "held_bytes", 0))
 
 
 @dataclass(frozen=True)
@@ -292,13 +299,15 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
             raise LimitError("work", f"{where}: total work {work} units exceeds the work limit of {limits.work}")
 
     variables: tuple[Input | Param, ...] = (*model.inputs, *model.params)
-    live = sum(tensor_bytes(v.type) for v in variables)
+    held = sum(plan_bytes(s.plan) for s in steps)
+    live = sum(tensor_bytes(v.type) for v in variables) + held
     work = RUN_WORK + sum(VARIABLE_WORK + tensor_work(v.type) for v in variables)
     work += sum((SCALED_INPUT_WORK if scale is not None else INPUT_WORK) * i.type.size
                 for i, scale in zip(model.inputs, model.input_scales))
     prepare = _preparation_bytes(model)
     peak = live + prepare + STEP_SCRATCH
-    check("variables", work, peak, f"{live} of inputs and params, {prepare + STEP_SCRATCH} to prepare them")
+    check("variables", work, peak, f"{live - held} of inputs and params, {held} held by plans, "
+                                   f"{prepare + STEP_SCRATCH} to prepare the inputs")
     params = set(range(len(model.inputs), model.num_variables))  # held by the model, never freed
     for step in steps:
         work += step.work
@@ -320,7 +329,7 @@ def _preparation_bytes(model: Model) -> int:
 def kept_memory(program: Program) -> int:
     """Peak bytes of a run that keeps every tensor to its end (Model.run(keep=True), run --dump-tensors):
     all of them, and the largest scratch or input preparation beside them."""
-    return (sum(tensor_bytes(t) for t in program.types)
+    return (sum(tensor_bytes(t) for t in program.types) + sum(plan_bytes(s.plan) for s in program.steps)
             + max([_preparation_bytes(program.model) + STEP_SCRATCH, *(s.scratch for s in program.steps)]))
 
 

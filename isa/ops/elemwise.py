@@ -46,13 +46,24 @@ def carry_precision(a: NoAttrs, x: TensorType, y: TensorType) -> tuple[int, ...]
 
 # -- relu --------------------------------------------------------------------
 
-def relu_kernel(a: NoAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+# numpy's int32 clip is vectorized and np.maximum against a scalar is not, but
+# np.maximum costs half as much per call: below this many elements it is the faster.
+SMALL_ELEMWISE = 2048
+_ZERO, _INT32_MAX = np.int32(0), np.int32(INT32_MAX)
+
+
+def relu_plan(a: NoAttrs, x: TensorType) -> str:
+    return "maximum" if x.size <= SMALL_ELEMWISE else "clip"
+
+
+def relu_kernel(a: NoAttrs, x: np.ndarray, *, plan: str) -> tuple[np.ndarray, ...]:
     """Y = max(X, 0)."""
-    return (x.clip(np.int32(0), np.int32(INT32_MAX)),)
+    return (np.maximum(x, _ZERO) if plan == "maximum" else x.clip(_ZERO, _INT32_MAX),)
 
 
 RELU = OpDef("relu", NoAttrs, fixed("data"), ("output",),
-             shape=same_shape, precision=same_precision, cost=unit_cost, kernel=relu_kernel, reference=reference.relu,
+             shape=same_shape, precision=same_precision, cost=unit_cost, kernel=relu_kernel, plan=relu_plan,
+             reference=reference.relu,
              work=per_output(1), scratch=no_scratch, in_range="max(X, 0): an input value or 0")
 
 
@@ -200,13 +211,17 @@ def right_shift_precision(a: RightShiftAttrs, x: TensorType) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class RightShiftPlan:
-    """How cvm_right_shift runs in int32, from the input precision alone."""
+    """How cvm_right_shift runs in int32, from the input precision alone, with its int32 constants."""
 
-    carry: bool  # X + 2^(b-1) can leave int32 (2^(p_in-1) + 2^(b-1) > 2^31): add the rounding bit instead
-    clip: bool   # the rounded range can exceed the output precision
+    formula: str  # "add", "shift" or "carry" (right_shift_kernel)
+    clip: bool    # the rounded range can exceed the output precision
+    shift: np.int32
+    half: np.int32   # the add formula's 2^(b-1); the shift formula's b - 1
+    low: np.int32    # the output precision's range
+    high: np.int32
 
     def __str__(self) -> str:
-        return f"int32 {'carry' if self.carry else 'add'}-round, {'clip' if self.clip else 'no clip'}"
+        return f"int32 {self.formula}-round, {'clip' if self.clip else 'no clip'}"
 
 
 def right_shift_plan(a: RightShiftAttrs, x: TensorType) -> RightShiftPlan:
@@ -215,12 +230,21 @@ def right_shift_plan(a: RightShiftAttrs, x: TensorType) -> RightShiftPlan:
     bound = precision_bound(a.precision)
     # Rounding is monotone, so the extreme inputs give the extreme outputs.
     clip = (top + half) >> a.shift_bit > bound or (half - top) >> a.shift_bit < -bound
-    return RightShiftPlan(top + half > INT32_MAX, clip)
+    if top + half <= INT32_MAX:
+        formula, second = "add", half
+    elif a.shift_bit >= 2:
+        formula, second = "shift", a.shift_bit - 1
+    else:
+        formula, second = "carry", 1
+    return RightShiftPlan(formula, clip, np.int32(a.shift_bit), np.int32(second), np.int32(-bound), np.int32(bound))
 
 
 def right_shift_scratch(a: RightShiftAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
-    """The carry formula holds T = X >> (b-1) beside the output."""
-    return 4 * outputs[0].size if right_shift_plan(a, inputs[0]).carry else 0
+    """The carry formula holds X's low bits beside the output."""
+    return 4 * outputs[0].size if right_shift_plan(a, inputs[0]).formula == "carry" else 0
+
+
+_ONE = np.int32(1)
 
 
 def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray, *, plan: RightShiftPlan) -> tuple[np.ndarray, ...]:
@@ -230,22 +254,25 @@ def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray, *, plan: RightShiftPla
     sign bit, so X >> k = floor(X / 2^k) for negative X too (C leaves the sign fill
     implementation-defined; every compiler numpy supports fills with the sign, and
     tests/test_ops_elemwise.py pins it on every platform the tests run on).
-    The same floor two ways, both in int32: (X + 2^(b-1)) >> b when that sum
-    fits, else T >> 1 plus T's low bit, T = X >> (b-1), which cannot overflow:
-    so X = 2^31 - 1 with b = 1 rounds to 2^30 instead of wrapping, and b >= 31
-    and p + b >= 32 round and clip like every other case (SEMANTICS.md section 4).
+    The same floor three ways, all in int32 and none able to overflow:
+    (X + 2^(b-1)) >> b when that sum fits ("add"); else, for b >= 2, the
+    definition itself, since T = X >> (b-1) is at most 2^30 - 1 and T + 1 fits
+    ("shift"); else (b = 1 on precision 32) X >> 1 plus X's low bit ("carry"),
+    so X = 2^31 - 1 rounds to 2^30 instead of wrapping.  b >= 31 and p + b >= 32
+    round and clip like every other case (SEMANTICS.md section 4).
     """
-    if plan.carry:
-        t = np.right_shift(x, np.int32(a.shift_bit - 1))
-        y = np.right_shift(t, np.int32(1))
-        np.bitwise_and(t, np.int32(1), out=t)
-        np.add(y, t, out=y)
+    if plan.formula == "add":
+        y = np.add(x, plan.half)
+        np.right_shift(y, plan.shift, out=y)
+    elif plan.formula == "shift":
+        y = np.right_shift(x, plan.half)
+        np.add(y, _ONE, out=y)
+        np.right_shift(y, _ONE, out=y)
     else:
-        y = np.add(x, np.int32(1 << (a.shift_bit - 1)))
-        np.right_shift(y, np.int32(a.shift_bit), out=y)
+        y = np.right_shift(x, _ONE)
+        np.add(y, np.bitwise_and(x, _ONE), out=y)
     if plan.clip:
-        bound = precision_bound(a.precision)
-        y.clip(np.int32(-bound), np.int32(bound), out=y)
+        y.clip(plan.low, plan.high, out=y)
     return (y,)
 
 

@@ -16,7 +16,7 @@ ones, tested against it under hypothesis.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -61,18 +61,16 @@ class GemmPlan:
     chunk: int       # terms per GEMM: k except for a chunked f32
     bound: int       # K * max|x| * max|w|: bounds every partial sum
     out_bound: int   # bound + max|bias|: bounds every result
+    # Derived from the fields above, once: kernels read them on every call.
+    chunks: int = field(init=False, compare=False)
+    operand_dtype: np.dtype = field(init=False, compare=False)
+    out_dtype: np.dtype = field(init=False, compare=False)
 
-    @property
-    def chunks(self) -> int:
-        return -(-self.k // self.chunk)
-
-    @property
-    def operand_dtype(self) -> np.dtype:
-        return OPERAND_DTYPES[self.path]
-
-    @property
-    def out_dtype(self) -> np.dtype:
-        return np.dtype(np.int32) if self.out_bound <= INT32_MAX else np.dtype(np.int64)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chunks", -(-self.k // self.chunk))
+        object.__setattr__(self, "operand_dtype", OPERAND_DTYPES[self.path])
+        object.__setattr__(self, "out_dtype", np.dtype(np.int32) if self.out_bound <= INT32_MAX
+                           else np.dtype(np.int64))
 
     def __str__(self) -> str:
         bound = f"2^{math.log2(self.bound):.1f}" if self.bound else "0"
@@ -110,6 +108,9 @@ def exact_gemm(plan: GemmPlan, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     ``a`` and ``b`` are already in the plan's operand dtype.
     """
+    if plan.chunks == 1:
+        # Every sum is an integer the float holds exactly, so the cast is exact too.
+        return np.matmul(a, b).astype(plan.out_dtype, copy=False)
     acc = None
     for k0 in range(0, plan.k, plan.chunk):
         # Each chunk's sums are integers the float holds exactly, so the cast is exact too.
@@ -207,7 +208,7 @@ def conv2d_cost(a: Conv2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[T
     return (w.size // w.shape[0]) * 3 + (1 if a.use_bias else 0)
 
 
-def conv2d_plan(a: Conv2DAttrs, x: TensorType, w: TensorType, b: TensorType | None = None) -> GemmPlan:
+def conv2d_gemm(x: TensorType, w: TensorType, b: TensorType | None = None) -> GemmPlan:
     return gemm_plan(w.size // w.shape[0], x.precision, w.precision, None if b is None else b.precision)
 
 
@@ -309,27 +310,116 @@ def _conv2d_gathered(a: Conv2DAttrs, x: np.ndarray, rows: range, cols: range, ke
     return patches.astype(dtype).reshape(nt, ct // ic, ic * kh * kw, len(rows) * len(cols))
 
 
+# -- conv2d: small convolutions, one gather ---------------------------------------
+
+# A convolution whose patches and padded input each hold at most this many
+# elements reads its patches with one gather from a zero-padded copy of its
+# input, through an index of their positions built at verification: a few numpy
+# calls in all, where the strided windows of im2col cost a dozen, which is most
+# of a small convolution's time.  The index stays with the program (8 bytes per
+# patch element, held_bytes), so it is kept small.
+SMALL_CONV = 1 << 15
+
+
+def conv2d_small(a: Conv2DAttrs, x: Shape, w: Shape) -> bool:
+    n, c, h, width = x
+    oc, ic, kh, kw = w
+    oh, ow = conv2d_extent(a, h, width)
+    (ph, pw) = a.padding
+    return n * c * kh * kw * oh * ow <= SMALL_CONV and n * c * (h + 2 * ph) * (width + 2 * pw) <= SMALL_CONV
+
+
+def conv2d_gather_index(a: Conv2DAttrs, x: Shape, w: Shape) -> np.ndarray:
+    """(N, G, IC*KH*KW, OH*OW): the flat position in the zero-padded input (N, C, H + 2PH, W + 2PW)
+    of every patch element, in _conv2d_windows' order."""
+    n, c, h, width = x
+    oc, ic, kh, kw = w
+    oh, ow = conv2d_extent(a, h, width)
+    (sh, sw), (ph, pw), (dh, dw) = a.strides, a.padding, a.dilation
+    hp, wp = h + 2 * ph, width + 2 * pw
+    axes = [np.arange(size, dtype=np.intp) for size in (n, c, kh, kw, oh, ow)]
+    sn, sc, sr, ss, sp, sq = (ax.reshape([-1 if i == k else 1 for i in range(6)]) for k, ax in enumerate(axes))
+    index = ((sn * c + sc) * hp + sp * sh + sr * dh) * wp + sq * sw + ss * dw   # (N, C, KH, KW, OH, OW)
+    return np.ascontiguousarray(index.reshape(n, a.groups, ic * kh * kw, oh * ow))
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """How one conv2d runs: its exact GEMM, its im2col tiles, and for a small convolution
+    the gather index of its patches (conv2d_small)."""
+
+    gemm: GemmPlan
+    tiling: ConvTiling
+    grouped: Shape              # the weights as (G, OC/G, K)
+    out: Shape                  # the output's shape
+    gather: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def held_bytes(self) -> int:
+        """What the plan holds for the program's life: the gather index."""
+        return 0 if self.gather is None else self.gather.nbytes
+
+    def __str__(self) -> str:
+        return f"{self.gemm}{' gather' if self.gather is not None else ''}"
+
+
+def conv_plan(a: Conv2DAttrs, x: Shape, w: Shape, gemm: GemmPlan, small: bool | None = None) -> ConvPlan:
+    """The plan of a conv2d over these shapes on this GEMM path; ``small`` forces the gather on or
+    off (tests compare the formulations), by default conv2d_small decides."""
+    if small is None:
+        small = conv2d_small(a, x, w)
+    return ConvPlan(gemm, conv2d_tiling(a, x, w, gemm.operand_dtype.itemsize), (a.groups, w[0] // a.groups, -1),
+                    (x[0], w[0], *conv2d_extent(a, x[2], x[3])), conv2d_gather_index(a, x, w) if small else None)
+
+
+def conv2d_plan(a: Conv2DAttrs, x: TensorType, w: TensorType, b: TensorType | None = None) -> ConvPlan:
+    return conv_plan(a, x.shape, w.shape, conv2d_gemm(x, w, b))
+
+
+def _conv2d_small(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, plan: ConvPlan) -> np.ndarray:
+    """The whole convolution as one GEMM over patches gathered from a zero-padded copy of x
+    in the GEMM's operand dtype (the copy is the cast)."""
+    dtype = plan.gemm.operand_dtype
+    ph, pw = a.padding
+    if ph or pw:
+        n, c, h, width = x.shape
+        padded = np.zeros((n, c, h + 2 * ph, width + 2 * pw), dtype=dtype)
+        padded[:, :, ph:ph + h, pw:pw + width] = x
+    else:
+        padded = x.astype(dtype)
+    # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
+    y = exact_gemm(plan.gemm, w.reshape(plan.grouped).astype(dtype), padded.reshape(-1).take(plan.gather))
+    return y.reshape(plan.out)
+
+
 CONV_WINDOW = 2    # units per im2col element read through strided windows (with the cast)
 CONV_GATHER = 8    # per element gathered by index
 CONV_TILE = 20 * NUMPY_CALL  # a tile's Python, slicing and index arithmetic
 
 
 def conv2d_work(a: Conv2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
-    """The GEMMs, im2col (every element once, plus the padded bands it is read from), the passes
-    over the output (chunk casts and sums, tile copies, bias), the weights' cast, and each tile's overhead."""
+    """The GEMMs, im2col (every element once, plus the padded bands it is read from; or one gather
+    and the padded copy for a small convolution), the passes over the output (chunk casts and
+    sums, tile copies, bias), the weights' cast, and each tile's overhead."""
     x, w = inputs[0], inputs[1]
     n, c, h, width = x.shape
     oc, ic, kh, kw = w.shape
     oh, ow = outputs[0].shape[2:]
-    plan = conv2d_plan(a, *inputs)
+    plan = conv2d_gemm(*inputs)
+    k = ic * kh * kw
+    patches = n * c * kh * kw * oh * ow
+    bias = len(inputs) == 3
+    if conv2d_small(a, x.shape, w.shape):
+        ph, pw = a.padding
+        padded = n * c * (h + 2 * ph) * (width + 2 * pw)
+        return (gemm_work(plan, outputs[0].size * k, n * a.groups) + patches * CONV_GATHER + padded
+                + outputs[0].size * (2 * plan.chunks + bias) + 2 * w.size + CONV_TILE)
     t = conv2d_tiling(a, x.shape, w.shape, plan.operand_dtype.itemsize)
     counts = t.counts(n, a.groups, oh, ow)
     tiles = counts[0] * counts[1] * counts[2] * counts[3]
-    k = ic * kh * kw
-    patches = n * c * kh * kw * oh * ow
     bh, bw = t.band(a, kh, kw)
     bands = tiles * t.nt * t.gt * ic * bh * bw if a.padding != (0, 0) and not t.gather else 0
-    passes = 2 * plan.chunks + (tiles > 1) + (len(inputs) == 3)
+    passes = 2 * plan.chunks + (tiles > 1) + bias
     return (gemm_work(plan, outputs[0].size * k, tiles * t.nt * t.gt)
             + patches * (CONV_GATHER if t.gather else CONV_WINDOW) + bands
             + outputs[0].size * passes + 2 * w.size + tiles * CONV_TILE)
@@ -337,41 +427,55 @@ def conv2d_work(a: Conv2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[T
 
 def conv2d_scratch(a: Conv2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
     """The weights in the GEMM's dtype, one tile's patches (with the int32 gather or the padded
-    band they come from) and GEMM results, and an int64 output beside its int32 copy."""
+    band they come from; a small convolution: all its patches and the padded input) and GEMM
+    results, and an int64 output beside its int32 copy."""
     x, w = inputs[0], inputs[1]
+    n, c, h, width = x.shape
     oc, ic, kh, kw = w.shape
-    plan = conv2d_plan(a, *inputs)
+    plan = conv2d_gemm(*inputs)
     e = plan.operand_dtype.itemsize
+    wide = 8 * outputs[0].size if plan.out_dtype.itemsize == 8 else 0
+    if conv2d_small(a, x.shape, w.shape):
+        ph, pw = a.padding
+        padded = n * c * (h + 2 * ph) * (width + 2 * pw)
+        patches = n * c * kh * kw * outputs[0].shape[2] * outputs[0].shape[3]
+        return (w.size + patches + padded) * e + gemm_result_bytes(plan, outputs[0].size) + wide
     t = conv2d_tiling(a, x.shape, w.shape, e)
     bh, bw = t.band(a, kh, kw)
     tile = t.nt * t.gt * ic * kh * kw * t.th * t.tw
     # Gathered: the int32 gather, numpy's index grid and the padding mask (KH, KW, rows, columns).
     source = tile * 4 + 9 * kh * kw * t.th * t.tw if t.gather else t.nt * t.gt * ic * bh * bw * e
-    wide = 8 * outputs[0].size if plan.out_dtype.itemsize == 8 else 0
     return (w.size * e + tile * e + source + gemm_result_bytes(plan, t.nt * t.gt * (oc // a.groups) * t.th * t.tw)
             + wide)
 
 
 def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
-                  plan: GemmPlan) -> tuple[np.ndarray, ...]:
+                  plan: ConvPlan) -> tuple[np.ndarray, ...]:
     """Y[n,o,p,q] = sum_{i,r,s} pad0(X)[n, g*IC + i, p*SH + r*DH - PH, q*SW + s*DW - PW] * W[o,i,r,s] (+ B[o]),
     with IC = C/groups and g = o // (OC/groups), the group of output channel o, by the GEMM path of ``plan``,
-    one tile of im2col at a time (conv2d_tiling): every output is one exact sum, whatever the tile.
+    in one gather (a small convolution) or one tile of im2col at a time (conv2d_tiling): every output is
+    one exact sum, whatever the tile.
     """
+    if plan.gather is not None:
+        y = _conv2d_small(a, x, w, plan)
+        if b is not None:
+            y += b[:, None, None]
+        return (y,)
     n, c, h, width = x.shape
     oc, ic, kh, kw = w.shape
     groups = a.groups
     oh, ow = conv2d_extent(a, h, width)
-    dtype = plan.operand_dtype
-    t = conv2d_tiling(a, x.shape, w.shape, dtype.itemsize)
-    patches_of = _conv2d_gathered if t.gather else _conv2d_windows
-    weights = w.reshape(groups, oc // groups, -1).astype(dtype)      # (G, OC/G, K)
+    dtype = plan.gemm.operand_dtype
+    t = plan.tiling
+    weights = w.reshape(plan.grouped).astype(dtype)      # (G, OC/G, K)
+    # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
     if t.counts(n, groups, oh, ow) == (1, 1, 1, 1):
-        # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
-        y = exact_gemm(plan, weights, patches_of(a, x, range(oh), range(ow), (kh, kw), ic, dtype))
+        patches_of = _conv2d_gathered if t.gather else _conv2d_windows
+        y = exact_gemm(plan.gemm, weights, patches_of(a, x, range(oh), range(ow), (kh, kw), ic, dtype))
         y = y.reshape(n, oc, oh, ow)
     else:
-        out = np.empty((n, groups, oc // groups, oh, ow), dtype=plan.out_dtype)
+        patches_of = _conv2d_gathered if t.gather else _conv2d_windows
+        out = np.empty((n, groups, oc // groups, oh, ow), dtype=plan.gemm.out_dtype)
         for n0 in range(0, n, t.nt):
             for g0 in range(0, groups, t.gt):
                 part = x[n0:n0 + t.nt, g0 * ic:(g0 + t.gt) * ic]
@@ -379,7 +483,7 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
                     rows = range(o0, min(o0 + t.th, oh))
                     for q0 in range(0, ow, t.tw):
                         cols = range(q0, min(q0 + t.tw, ow))
-                        tile = exact_gemm(plan, weights[g0:g0 + t.gt],
+                        tile = exact_gemm(plan.gemm, weights[g0:g0 + t.gt],
                                           patches_of(a, part, rows, cols, (kh, kw), ic, dtype))
                         out[n0:n0 + t.nt, g0:g0 + t.gt, :, o0:rows.stop, q0:cols.stop] = \
                             tile.reshape(*tile.shape[:3], len(rows), len(cols))
@@ -526,38 +630,128 @@ def _compact_size(a: MaxPool2DAttrs, x: Shape, y: Shape) -> tuple[int, int, bool
     return rows, cols, gather_rows or gather_cols
 
 
+# A max_pool2d whose windows hold at most this many cells in all (output size x
+# kernel volume), over an input padded to at most this many, gathers every window's
+# cells with one take through an index built at verification (held by its plan),
+# and reduces them in one call: two or four numpy calls where the separable passes
+# cost a copy and a call per window row and column.
+SMALL_POOL = 1 << 15
+
+
+def _pool_extent(a: MaxPool2DAttrs, x: Shape) -> tuple[int, int]:
+    (kh, kw), (sh, sw) = a.pool_size, a.strides
+    ph, pw = pool_padding(a)
+    return pool_extent(x[2], kh, sh, ph, a.ceil_mode), pool_extent(x[3], kw, sw, pw, a.ceil_mode)
+
+
+def _pool_padded(a: MaxPool2DAttrs, x: Shape) -> tuple[int, int]:
+    """Rows and columns of the input padded on every side a window reaches (ceil_mode's last
+    window may reach past the padding)."""
+    oh, ow = _pool_extent(a, x)
+    return tuple(p + max(size + p, (o - 1) * s - p + k)
+                 for size, k, s, p, o in zip(x[2:], a.pool_size, a.strides, pool_padding(a), (oh, ow)))  # type: ignore
+
+
+def max_pool2d_small(a: MaxPool2DAttrs, x: Shape) -> bool:
+    oh, ow = _pool_extent(a, x)
+    hp, wp = _pool_padded(a, x)
+    return (x[0] * x[1] * oh * ow * a.pool_size[0] * a.pool_size[1] <= SMALL_POOL
+            and x[0] * x[1] * hp * wp <= SMALL_POOL)
+
+
+def max_pool2d_gather_index(a: MaxPool2DAttrs, x: Shape) -> np.ndarray:
+    """(KH*KW, N, C, OH, OW): every window cell's flat position in the padded input (_pool_padded)."""
+    n, c = x[:2]
+    (kh, kw), (sh, sw) = a.pool_size, a.strides
+    oh, ow = _pool_extent(a, x)
+    hp, wp = _pool_padded(a, x)
+    axes = [np.arange(size, dtype=np.intp) for size in (kh, kw, n * c, oh, ow)]
+    r, q, nc, p, o = (ax.reshape([-1 if i == k else 1 for i in range(5)]) for k, ax in enumerate(axes))
+    index = (nc * hp + p * sh + r) * wp + o * sw + q                                 # (KH, KW, N*C, OH, OW)
+    return np.ascontiguousarray(index.reshape(kh * kw, n, c, oh, ow))
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """How one max_pool2d runs: each axis' compaction (pool_compaction: step, length, gathered),
+    and for a small one the gather index of its windows (max_pool2d_small)."""
+
+    rows: tuple[int, int, bool]
+    cols: tuple[int, int, bool]
+    padded: tuple[int, int]   # rows and columns of the padded input a small one gathers from
+    gather: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def held_bytes(self) -> int:
+        """What the plan holds for the program's life: the gather index."""
+        return 0 if self.gather is None else self.gather.nbytes
+
+    def __str__(self) -> str:
+        return "gather" if self.gather is not None else "separable"
+
+
+def pool_plan(a: MaxPool2DAttrs, x: Shape, small: bool | None = None) -> PoolPlan:
+    """max_pool2d's plan over this input shape; ``small`` forces the gather on or off (tests compare
+    the formulations), by default max_pool2d_small decides."""
+    (kh, kw), (sh, sw) = a.pool_size, a.strides
+    ph, pw = pool_padding(a)
+    oh, ow = _pool_extent(a, x)
+    if small is None:
+        small = max_pool2d_small(a, x)
+    return PoolPlan(pool_compaction(x[2], kh, sh, ph, oh), pool_compaction(x[3], kw, sw, pw, ow),
+                    _pool_padded(a, x), max_pool2d_gather_index(a, x) if small else None)
+
+
+def max_pool2d_plan(a: MaxPool2DAttrs, x: TensorType) -> PoolPlan:
+    return pool_plan(a, x.shape)
+
+
 def max_pool2d_work(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
     """The gather of the compact input (when one), one pass per window row over the compact columns,
-    one per window column over the output, and a numpy call per pass."""
+    one per window column over the output, and a numpy call per pass; a small one: the padded
+    copy, the gather of every window cell and its reduction, and four numpy calls."""
     n, c, oh, ow = outputs[0].shape
-    rows, cols, gathered = _compact_size(a, inputs[0].shape, outputs[0].shape)
     kh, kw = a.pool_size
+    if max_pool2d_small(a, inputs[0].shape):
+        hp, wp = _pool_padded(a, inputs[0].shape)
+        return n * c * hp * wp + 6 * outputs[0].size * kh * kw + 4 * NUMPY_CALL
+    rows, cols, gathered = _compact_size(a, inputs[0].shape, outputs[0].shape)
     passes = n * c * oh * (kh * cols + kw * ow)
     return (4 * n * c * rows * cols if gathered else 0) + passes + (kh + kw + 8) * NUMPY_CALL
 
 
 def max_pool2d_scratch(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
     """The compact input and numpy's grid of its (row, column) indices (when gathered), and the row
-    maxima (N, C, OH, compact columns)."""
+    maxima (N, C, OH, compact columns); a small one: the padded input and every window cell."""
     n, c, oh, ow = outputs[0].shape
+    if max_pool2d_small(a, inputs[0].shape):
+        hp, wp = _pool_padded(a, inputs[0].shape)
+        return 4 * (n * c * hp * wp + outputs[0].size * a.pool_size[0] * a.pool_size[1])
     rows, cols, gathered = _compact_size(a, inputs[0].shape, outputs[0].shape)
     return ((4 * n * c + 8) * rows * cols if gathered else 0) + 4 * n * c * oh * cols
 
 
-def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray) -> tuple[np.ndarray, ...]:
+def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray, *, plan: PoolPlan) -> tuple[np.ndarray, ...]:
     """Y[n,c,p,q] = max of pad(X) over rows [p*SH - PH, +KH) and columns [q*SW - PW, +KW);
     padding cells are INT32_MIN, so they never win (every window holds a real cell).
 
-    On the compact input (pool_compaction: only the cells windows touch, whatever the
+    A small one: every window's cells gathered from the padded input at once, then reduced.
+    Otherwise on the compact input (pool_compaction: only the cells windows touch, whatever the
     strides), separably: one whole-tensor maximum per window row, then per window column.
     """
     (kh, kw), (sh, sw) = a.pool_size, a.strides
     ph, pw = pool_padding(a)
     h, w = x.shape[2:]
+    if plan.gather is not None:
+        if plan.padded == (h, w):
+            padded = x
+        else:
+            padded = np.full((*x.shape[:2], *plan.padded), INT32_MIN, dtype=np.int32)
+            padded[:, :, ph:ph + h, pw:pw + w] = x
+        return (np.maximum.reduce(padded.reshape(-1).take(plan.gather), axis=0),)
+    (step_h, rows, gather_rows), (step_w, cols, gather_cols) = plan.rows, plan.cols
     oh = pool_extent(h, kh, sh, ph, a.ceil_mode)
     ow = pool_extent(w, kw, sw, pw, a.ceil_mode)
-    step_h, rows, gather_rows = pool_compaction(h, kh, sh, ph, oh)
-    step_w, cols, gather_cols = pool_compaction(w, kw, sw, pw, ow)
     compact = x[:, :, :rows, :cols]
     if gather_rows or gather_cols:
         ri = _pool_coordinates(h, kh, sh, ph, oh) if gather_rows else np.arange(rows, dtype=np.int64)
@@ -577,7 +771,7 @@ def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray) -> tuple[np.ndarray, ...
 
 MAX_POOL2D = OpDef("max_pool2d", MaxPool2DAttrs, fixed("data"), ("output",),
                    shape=max_pool2d_shape, precision=same_precision, cost=max_pool2d_cost,
-                   kernel=max_pool2d_kernel, reference=reference.max_pool2d,
+                   kernel=max_pool2d_kernel, plan=max_pool2d_plan, reference=reference.max_pool2d,
                    work=max_pool2d_work, scratch=max_pool2d_scratch,
                    in_range="selects input values (padding never wins)")
 
