@@ -46,6 +46,14 @@ class OpDef:
     # Optional static plan chosen at verification (e.g. the exact GEMM path);
     # when present the kernel is called as kernel(attrs, *arrays, plan=plan).
     plan: Callable[..., Any] | None = None
+    # Optional, with a plan: what the plan derives once per program and holds for its life (a
+    # gather index, weights that are a param in the GEMM's dtype).  held(attrs, plan, *params) ->
+    # bytes, params[k] whether input k is a param: static, counted in the program's memory and
+    # checked against its limit; then bind(attrs, plan, *values) -> plan, values[k] input k's value
+    # when it is a param, else None, makes it, once the program is verified.  A plan that holds
+    # arrays says how many bytes (``held_bytes``), and tests check that against ``held``.
+    held: Callable[..., int] | None = None
+    bind: Callable[..., Any] | None = None
     # The readable loop kernel written from the formalization (isa/reference/): required.
     reference: Kernel = field(kw_only=True)
     # The kernel's real work and scratch memory, from static facts only: required.

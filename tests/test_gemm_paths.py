@@ -218,9 +218,13 @@ def test_every_path_agrees_on_one_conv2d(case, fill):
     for gemm in forced_plans(k, 8, 8, 21 if b is not None else None):
         for small in (False, True):   # im2col's windows, and the small convolutions' gather
             plan = nn.conv_plan(a, xs, ws, gemm, small)
-            (y,) = nn.conv2d_kernel(a, *args, plan=plan)
-            assert y.dtype == gemm.out_dtype
-            assert np.array_equal(y, want), plan
+            # Unbound, bound (the gather index made), and bound to the weights as a param.
+            for bound in (plan, nn.conv2d_bind(a, plan, None, None), nn.conv2d_bind(a, plan, None, w)):
+                (y,) = nn.conv2d_kernel(a, *args, plan=bound)
+                assert y.dtype == gemm.out_dtype
+                assert np.array_equal(y, want), bound
+            assert nn.conv2d_bind(a, plan, None, w).held_bytes == nn.conv2d_held(a, plan, False, True)
+            assert nn.conv2d_bind(a, plan, None, None).held_bytes == nn.conv2d_held(a, plan, False, False)
 
 
 @settings(derandomize=True, max_examples=40, deadline=None)
@@ -235,8 +239,11 @@ def test_every_path_agrees_on_one_dense(m, k, units, px, pw, seed):
     for plan in forced_plans(k, px, pw, None):
         if plan.path == "f32" and plan.chunk * bx * bw > 1 << 24:
             continue
-        (y,) = nn.dense_kernel(dense_attrs(units), x, w, plan=plan)
-        assert np.array_equal(y, want), plan
+        bound = nn.dense_bind(dense_attrs(units), plan, None, w)   # the weights as a param
+        assert bound.held_bytes == nn.dense_held(dense_attrs(units), plan, False, True)
+        for p in (plan, bound):
+            (y,) = nn.dense_kernel(dense_attrs(units), x, w, plan=p)
+            assert np.array_equal(y, want), p
 
 
 # -- the static int32 paths of the other hot ops -----------------------------------
@@ -280,6 +287,22 @@ def test_right_shift_every_input_precision_and_shift_at_the_extremes():
                 bound = precision_bound(q)
                 want = [max(-bound, min(bound, ((int(v) >> (b - 1)) + 1) >> 1)) for v in x]
                 assert y.dtype == np.int32 and y.tolist() == want, (p_in, b, q)
+
+
+@pytest.mark.parametrize("p_in, b, q", [(32, 18, 8), (32, 15, 8), (21, 9, 12), (24, 9, 15), (32, 1, 31),
+                                        (32, 31, 1), (9, 1, 8), (32, 16, 16), (12, 4, 2)])
+def test_right_shift_clip_first_at_its_edges(p_in, b, q):
+    """Clipping first to [L, H], the widest input range that rounds into the precision, then adding
+    the rounding bit: exact at L and H and one past each, and the sum never leaves int32."""
+    a = shift_attrs(q, b)
+    plan = elemwise.right_shift_plan(a, TensorType((1,), p_in))
+    assert plan.formula == "clip-add" and str(plan) == "int32 add-round, clip first"
+    m, bound = precision_bound(p_in), precision_bound(q)
+    edges = {int(plan.low) + d for d in (-1, 0, 1)} | {int(plan.high) + d for d in (-1, 0, 1)} | {-m, 0, m}
+    x = np.array(sorted(v for v in edges if -m <= v <= m), dtype=np.int32)
+    (y,) = elemwise.right_shift_kernel(a, x, plan=plan)
+    assert y.tolist() == [max(-bound, min(bound, ((int(v) >> (b - 1)) + 1) >> 1)) for v in x]
+    assert int(plan.high) + int(plan.half) <= INT32_MAX
 
 
 @pytest.mark.parametrize("p_in, b, q, clip", [

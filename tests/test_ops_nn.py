@@ -310,7 +310,9 @@ def test_max_pool2d_matches_reference(case):
     assert np.array_equal(y, want)
     a = parse_attrs(nn.MaxPool2DAttrs, attrs, fill_defaults=True)
     for small in (False, True):   # the separable passes, and the small pools' gather
-        (y,) = nn.max_pool2d_kernel(a, x, plan=nn.pool_plan(a, x.shape, small))
+        plan = nn.max_pool2d_bind(a, nn.pool_plan(a, x.shape, small), None)
+        assert plan.held_bytes == nn.max_pool2d_held(a, plan, False)
+        (y,) = nn.max_pool2d_kernel(a, x, plan=plan)
         assert np.array_equal(y, want), small
 
 

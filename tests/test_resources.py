@@ -115,6 +115,56 @@ def test_params_stay_live_and_outputs_are_kept():
                                      *(live[i] + b + steps[i].scratch for i in range(3)))
 
 
+def small_conv_chain(count, weights_are_params=True):
+    """``count`` small 3x3 convolutions (1x4x6x6, padded by 1) over one input, each with its own weights."""
+    x = TensorType((1, 4, 6, 6), 8)
+    w = TensorType((4, 4, 3, 3), 8)
+    attrs = parse_attrs(nn.Conv2DAttrs, dict(channels=4, kernel_size=(3, 3), padding=(1, 1), use_bias=False),
+                        fill_defaults=True)
+    if weights_are_params:
+        params = tuple(Param(f"w{k}", w, ints(w.shape, 3, k)) for k in range(count))
+        return ModelIR((Input("data", x),), params,
+                       tuple(Instr("conv2d", attrs, (0, 1 + k), (1 + count + k,)) for k in range(count)),
+                       tuple(range(1 + count, 1 + 2 * count)))
+    return ModelIR((Input("data", x), Input("w", w)), (),
+                   tuple(Instr("conv2d", attrs, (0, 1), (2 + k,)) for k in range(count)), tuple(range(2, 2 + count)))
+
+
+def test_what_plans_hold_is_counted_and_is_what_they_hold():
+    """A small convolution's gather index and weights that are a param, bound once: their bytes
+    (OpDef.held) are live through the whole run, like the params, and are what the bound plans hold."""
+    for ir in (small_conv_chain(3), small_conv_chain(3, weights_are_params=False)):
+        program = verify(ir)
+        held = [s.held for s in program.steps]
+        assert held == [s.plan.held_bytes for s in program.steps] and all(held)
+        assert program.memory_bytes >= sum(held) + sum(tensor_bytes(v.type) for v in ir.inputs + ir.params)
+        assert all(s.plan.gather is not None for s in program.steps)
+    index = 8 * 4 * 9 * 36
+    assert [s.held for s in verify(small_conv_chain(2)).steps] == [index + 4 * 144] * 2   # float32 weights
+    assert [s.held for s in verify(small_conv_chain(2, weights_are_params=False)).steps] == [index] * 2
+    sys.path.insert(0, str(REPO / "fixtures"))
+    import generate
+    for name in ("digits", "perf"):
+        program = generate.load_fixture_model(name).program
+        assert [s.held for s in program.steps] == [getattr(s.plan, "held_bytes", 0) for s in program.steps]
+
+
+def test_what_plans_would_hold_is_refused_before_it_is_made():
+    ir = small_conv_chain(40)
+    program = verify(ir, UNLIMITED)
+    held = sum(s.held for s in program.steps)
+    for limit in (program.memory_bytes - 1, held):
+        with pytest.raises(CvmError) as e:
+            verify(ir, Limits(memory=limit))
+        assert e.value.code == "limit.memory" and f"{held} " in e.value.message and "held by plans" in e.value.message
+    tracemalloc.start()
+    try:
+        assert code_of(verify, ir, Limits(memory=held)) == "limit.memory"
+        assert tracemalloc.get_traced_memory()[1] < held // 4
+    finally:
+        tracemalloc.stop()
+
+
 def test_ops_unchanged_work_and_memory_added():
     """ops stays Cortex's GetOps; work and memory are cvmvm's own, and a model exposes both."""
     model = Model(verify(one_op("conv2d", [TensorType((1, 3, 8, 8), 8), TensorType((4, 3, 3, 3), 8)],

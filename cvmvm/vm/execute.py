@@ -11,8 +11,9 @@ inferred type: a mismatch is a VM bug (internal.*), never silently passed on.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, cast
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, cast
 
 import numpy as np
 
@@ -208,10 +209,12 @@ def _preparer(name: str, t: TensorType, scale: float | None) -> Prepare:
     return prepare
 
 
-@dataclass(frozen=True)
-class CompiledStep:
+class CompiledStep(NamedTuple):
+    """One instruction as execution runs it (a tuple: the loop unpacks it)."""
+
     run: Callable[..., tuple[np.ndarray, ...]]  # the kernel bound with its attributes and plan
-    inputs: tuple[int, ...]
+    fetch: Callable[[list[np.ndarray | None]], Any]  # its inputs from the tensors by id: one, or a tuple
+    several: bool                                 # fetch gives a tuple (more than one input)
     outputs: tuple[tuple[int, Confirm], ...]
     dead: tuple[int, ...]   # tensors no later step or output reads: dropped once it ran
     where: str
@@ -244,7 +247,8 @@ def _compile(program: Program) -> Compiled:
         where = f"instruction {step.index} ({step.op.name})"
         outputs = tuple((t, _confirmer(where, ty, step.op.in_range is not None))
                         for t, ty in zip(step.outputs, step.out_types))
-        steps.append(CompiledStep(step.run, step.inputs, outputs, program.free_after[step.index], where))
+        steps.append(CompiledStep(step.run, operator.itemgetter(*step.inputs), len(step.inputs) > 1, outputs,
+                                  program.free_after[step.index], where))
     template = [None] * len(model.inputs) + [p.value for p in model.params]
     template += [None] * (len(program.types) - len(template))
     names = tuple(i.name for i in model.inputs)
@@ -262,12 +266,47 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
     that cannot give that much is refused as limit.memory, never a crash.
     """
     plan = compiled(program)
-    position = ["its inputs"]  # where the run is, for that refusal
+    given = dict(inputs)
+    if given.keys() != plan.names_set:
+        _check_names(plan, given)
+    env = list(plan.template)
+    where = "its inputs"  # where the run is, for that refusal
     try:
-        return _execute(plan, inputs, observe, clipped, position), plan.peak
+        for k, (name, prepare) in enumerate(zip(plan.names, plan.prepare)):
+            env[k] = prepare(given[name], clipped)
+        del given
+        if observe is not None:
+            for k in range(plan.variables):
+                observe(k, cast(np.ndarray, env[k]))
+        for run, fetch, several, outputs, dead, where in plan.steps:
+            # The kernel's own arrays (an int64 result beside its int32 copy) go before the next kernel runs.
+            if observe is None and len(outputs) == 1:
+                t, confirm = outputs[0]
+                results = run(*fetch(env)) if several else run(fetch(env))
+                if len(results) != 1:
+                    raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, verified 1")
+                env[t] = confirm(results[0])
+                results = None
+            else:
+                _outputs(run(*fetch(env)) if several else run(fetch(env)), outputs, where, env, observe)
+            for t in dead:
+                env[t] = None
     except MemoryError:
-        raise LimitError("memory", f"out of memory at {position[0]}: this host cannot give the "
+        raise LimitError("memory", f"out of memory at {where}: this host cannot give the "
                                    f"{program.memory_bytes} bytes the program needs at its peak") from None
+    # Verification never frees an output (Program.free_after), so each is still there.
+    return cast(list[np.ndarray], [env[t] for t in plan.outputs]), plan.peak
+
+
+def _outputs(results: tuple[np.ndarray, ...], outputs: tuple[tuple[int, Confirm], ...], where: str,
+             env: list[np.ndarray | None], observe: TensorObserver | None) -> None:
+    """Every output of a step confirmed and stored, each shown to ``observe`` when given."""
+    if len(results) != len(outputs):
+        raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, verified {len(outputs)}")
+    for (t, confirm), value in zip(outputs, results):
+        env[t] = out = confirm(value)
+        if observe is not None:
+            observe(t, out)
 
 
 def _check_names(plan: Compiled, given: Mapping[str, object]) -> None:
@@ -278,39 +317,3 @@ def _check_names(plan: Compiled, given: Mapping[str, object]) -> None:
     for name in plan.names:
         if name not in given:
             raise InputError("name", f"missing input {name!r}")
-
-
-def _execute(plan: Compiled, inputs: Mapping[str, object], observe: TensorObserver | None,
-             clipped: list[Clipping] | None, position: list[str]) -> list[np.ndarray]:
-    given = dict(inputs)
-    if given.keys() != plan.names_set:
-        _check_names(plan, given)
-    env = list(plan.template)
-    for k, (name, prepare) in enumerate(zip(plan.names, plan.prepare)):
-        env[k] = prepare(given[name], clipped)
-    del given
-    if observe is not None:
-        for k in range(plan.variables):
-            observe(k, cast(np.ndarray, env[k]))
-    for step in plan.steps:
-        position[0] = step.where
-        _step(step, env, observe)
-    # Verification never frees an output (Program.free_after), so each is still there.
-    return cast(list[np.ndarray], [env[t] for t in plan.outputs])
-
-
-def _step(step: CompiledStep, env: list[np.ndarray | None], observe: TensorObserver | None) -> None:
-    """One instruction: its kernel, each output confirmed, the tensors it was last to read dropped.
-    (A function of its own so that the kernel's own arrays, an int64 result beside its int32
-    copy, are gone before the next kernel runs.)"""
-    results = step.run(*[env[t] for t in step.inputs])
-    if len(results) != len(step.outputs):
-        raise InternalError("arity", f"{step.where}: kernel returned {len(results)} outputs, "
-                                     f"verified {len(step.outputs)}")
-    for (t, confirm), value in zip(step.outputs, results):
-        out = confirm(value)
-        env[t] = out
-        if observe is not None:
-            observe(t, out)
-    for t in step.dead:
-        env[t] = None

@@ -9,6 +9,7 @@ accepts only a Program.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -59,12 +60,6 @@ def tensor_bytes(t: TensorType) -> int:
     return t.size * DTYPES[t.dtype].itemsize
 
 
-def plan_bytes(plan: Any) -> int:
-    """Bytes an instruction's plan holds for the program's life (conv2d's gather index), which a
-    plan declares as its ``held_bytes``: live through every run, like the params."""
-    return int(getattr(plan, "held_bytes", 0))
-
-
 @dataclass(frozen=True)
 class Limits:
     """Caller-chosen budgets on top of the ISA's own limits; None: no limit."""
@@ -93,6 +88,7 @@ class Step:
     cost: int  # this instruction's share of the total ops
     work: int  # its kernel's work and the executor's
     scratch: int  # bytes its kernel holds beyond its inputs and outputs
+    held: int  # bytes its plan holds for the program's life (OpDef.held)
     name: str
     run: Callable[..., tuple[np.ndarray, ...]]
 
@@ -267,11 +263,12 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
         if ops > MAX_OPS:
             raise LimitError("ops", f"{where}: total ops {ops} exceed 2^40")
         plan = _apply_rule(op.plan, "precision", where, instr.attrs, *ins) if op.plan else None
-        run = functools.partial(op.kernel, instr.attrs, plan=plan) if op.plan else functools.partial(op.kernel, instr.attrs)
+        params = tuple(len(model.inputs) <= t < model.num_variables for t in instr.inputs)
+        held = op.held(instr.attrs, plan, *params) if op.held else 0
         work = STEP_WORK + op.work(instr.attrs, ins, outs) + sum(tensor_work(t) for t in outs)
         scratch = STEP_SCRATCH + op.scratch(instr.attrs, ins, outs)
         steps.append(Step(index, op, instr.attrs, instr.inputs, instr.outputs, outs, plan, cost, work, scratch,
-                          instr.name, run))
+                          held, instr.name, _kernel(op, instr.attrs, plan)))
         types.extend(outs)
 
     for t in model.outputs:
@@ -284,7 +281,22 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
         raise LimitError("ops", f"model costs {ops} ops, over the limit of {limits.ops}")
     free_after = _liveness(model, steps)
     work, memory = _resources(model, tuple(types), steps, free_after, limits)
-    return Program(model, tuple(types), tuple(steps), ops, free_after, work, memory, limits)
+    return Program(model, tuple(types), tuple(_bind(model, s) for s in steps), ops, free_after, work, memory, limits)
+
+
+def _kernel(op: OpDef, attrs: Any, plan: Any) -> Callable[..., tuple[np.ndarray, ...]]:
+    return functools.partial(op.kernel, attrs, plan=plan) if op.plan else functools.partial(op.kernel, attrs)
+
+
+def _bind(model: Model, step: Step) -> Step:
+    """The step with its plan bound to the params it reads (OpDef.bind): only once the program's
+    memory, which counts what binding holds (Step.held), is known to be within its limit."""
+    if step.op.bind is None:
+        return step
+    first = len(model.inputs)
+    values = tuple(model.params[t - first].value if first <= t < model.num_variables else None for t in step.inputs)
+    plan = step.op.bind(step.attrs, step.plan, *values)
+    return dataclasses.replace(step, plan=plan, run=_kernel(step.op, step.attrs, plan))
 
 
 def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
@@ -299,7 +311,7 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
             raise LimitError("work", f"{where}: total work {work} units exceeds the work limit of {limits.work}")
 
     variables: tuple[Input | Param, ...] = (*model.inputs, *model.params)
-    held = sum(plan_bytes(s.plan) for s in steps)
+    held = sum(s.held for s in steps)
     live = sum(tensor_bytes(v.type) for v in variables) + held
     work = RUN_WORK + sum(VARIABLE_WORK + tensor_work(v.type) for v in variables)
     work += sum((SCALED_INPUT_WORK if scale is not None else INPUT_WORK) * i.type.size
@@ -314,7 +326,8 @@ def _resources(model: Model, types: tuple[TensorType, ...], steps: list[Step],
         made = sum(tensor_bytes(t) for t in step.out_types)
         memory = live + made + step.scratch
         where = f"instruction {step.index} ({step.op.name}{' ' + step.name if step.name else ''})"
-        check(where, work, memory, f"{live} live, {made} of outputs, {step.scratch} of scratch")
+        check(where, work, memory, f"{live} live{f' ({held} of them held by plans)' if held else ''}, "
+                                   f"{made} of outputs, {step.scratch} of scratch")
         peak = max(peak, memory)
         live += made - sum(tensor_bytes(types[t]) for t in free_after[step.index] if t not in params)
     return work, peak
@@ -329,7 +342,7 @@ def _preparation_bytes(model: Model) -> int:
 def kept_memory(program: Program) -> int:
     """Peak bytes of a run that keeps every tensor to its end (Model.run(keep=True), run --dump-tensors):
     all of them, and the largest scratch or input preparation beside them."""
-    return (sum(tensor_bytes(t) for t in program.types) + sum(plan_bytes(s.plan) for s in program.steps)
+    return (sum(tensor_bytes(t) for t in program.types) + sum(s.held for s in program.steps)
             + max([_preparation_bytes(program.model) + STEP_SCRATCH, *(s.scratch for s in program.steps)]))
 
 

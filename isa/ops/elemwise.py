@@ -213,30 +213,38 @@ def right_shift_precision(a: RightShiftAttrs, x: TensorType) -> tuple[int, ...]:
 class RightShiftPlan:
     """How cvm_right_shift runs in int32, from the input precision alone, with its int32 constants."""
 
-    formula: str  # "add", "shift" or "carry" (right_shift_kernel)
+    formula: str  # "add", "shift", "carry" or "clip-add" (right_shift_kernel)
     clip: bool    # the rounded range can exceed the output precision
     shift: np.int32
-    half: np.int32   # the add formula's 2^(b-1); the shift formula's b - 1
-    low: np.int32    # the output precision's range
+    half: np.int32   # the add formulas' 2^(b-1); the shift formula's b - 1
+    low: np.int32    # where the clip binds: the output precision's range, or clip-add's input range
     high: np.int32
 
     def __str__(self) -> str:
+        if self.formula == "clip-add":
+            return "int32 add-round, clip first"
         return f"int32 {self.formula}-round, {'clip' if self.clip else 'no clip'}"
 
 
 def right_shift_plan(a: RightShiftAttrs, x: TensorType) -> RightShiftPlan:
     top = precision_bound(x.precision)
-    half = 1 << (a.shift_bit - 1)
+    b = a.shift_bit
+    half = 1 << (b - 1)
     bound = precision_bound(a.precision)
     # Rounding is monotone, so the extreme inputs give the extreme outputs.
-    clip = (top + half) >> a.shift_bit > bound or (half - top) >> a.shift_bit < -bound
+    clip = (top + half) >> b > bound or (half - top) >> b < -bound
+    if clip and a.precision + b <= 32:
+        # Clipping X to [L, H], the widest range that rounds into [-bound, bound], gives the same
+        # result (rounding is monotone), and X + 2^(b-1) then fits: (bound + 1) 2^b <= 2^31.
+        return RightShiftPlan("clip-add", True, np.int32(b), np.int32(half), np.int32(-bound * (1 << b) - half),
+                              np.int32(bound * (1 << b) + half - 1))
     if top + half <= INT32_MAX:
         formula, second = "add", half
-    elif a.shift_bit >= 2:
-        formula, second = "shift", a.shift_bit - 1
+    elif b >= 2:
+        formula, second = "shift", b - 1
     else:
         formula, second = "carry", 1
-    return RightShiftPlan(formula, clip, np.int32(a.shift_bit), np.int32(second), np.int32(-bound), np.int32(bound))
+    return RightShiftPlan(formula, clip, np.int32(b), np.int32(second), np.int32(-bound), np.int32(bound))
 
 
 def right_shift_scratch(a: RightShiftAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
@@ -259,8 +267,15 @@ def right_shift_kernel(a: RightShiftAttrs, x: np.ndarray, *, plan: RightShiftPla
     definition itself, since T = X >> (b-1) is at most 2^30 - 1 and T + 1 fits
     ("shift"); else (b = 1 on precision 32) X >> 1 plus X's low bit ("carry"),
     so X = 2^31 - 1 rounds to 2^30 instead of wrapping.  b >= 31 and p + b >= 32
-    round and clip like every other case (SEMANTICS.md section 4).
+    round and clip like every other case (SEMANTICS.md section 4).  When the
+    clip binds and p + b <= 32, it comes first instead, on the input ("clip-add":
+    right_shift_plan), and the add formula always fits after it.
     """
+    if plan.formula == "clip-add":
+        y = x.clip(plan.low, plan.high)
+        np.add(y, plan.half, out=y)
+        np.right_shift(y, plan.shift, out=y)
+        return (y,)
     if plan.formula == "add":
         y = np.add(x, plan.half)
         np.right_shift(y, plan.shift, out=y)

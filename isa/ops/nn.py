@@ -15,6 +15,7 @@ ones, tested against it under hypothesis.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -61,6 +62,9 @@ class GemmPlan:
     chunk: int       # terms per GEMM: k except for a chunked f32
     bound: int       # K * max|x| * max|w|: bounds every partial sum
     out_bound: int   # bound + max|bias|: bounds every result
+    # The constant operand, when the op's weights are a param: in the operand dtype and the
+    # layout the op's GEMM reads, made once at verification (the op's bind rule).
+    weights: np.ndarray | None = field(default=None, compare=False, repr=False)
     # Derived from the fields above, once: kernels read them on every call.
     chunks: int = field(init=False, compare=False)
     operand_dtype: np.dtype = field(init=False, compare=False)
@@ -71,6 +75,17 @@ class GemmPlan:
         object.__setattr__(self, "operand_dtype", OPERAND_DTYPES[self.path])
         object.__setattr__(self, "out_dtype", np.dtype(np.int32) if self.out_bound <= INT32_MAX
                            else np.dtype(np.int64))
+
+    @property
+    def held_bytes(self) -> int:
+        """What the plan holds for the program's life: the weights in the operand dtype."""
+        return 0 if self.weights is None else self.weights.nbytes
+
+    def bound_to(self, weights: np.ndarray) -> GemmPlan:
+        """This plan with its constant operand (already laid out for the op's GEMM) in the operand dtype."""
+        held = np.ascontiguousarray(weights, dtype=self.operand_dtype)
+        held.flags.writeable = False
+        return GemmPlan(self.path, self.k, self.chunk, self.bound, self.out_bound, held)
 
     def __str__(self) -> str:
         bound = f"2^{math.log2(self.bound):.1f}" if self.bound else "0"
@@ -345,38 +360,59 @@ def conv2d_gather_index(a: Conv2DAttrs, x: Shape, w: Shape) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ConvPlan:
-    """How one conv2d runs: its exact GEMM, its im2col tiles, and for a small convolution
-    the gather index of its patches (conv2d_small)."""
+    """How one conv2d runs: its exact GEMM, its im2col tiles, whether it is small (conv2d_small),
+    and what conv2d_bind derives once: a small one's gather index, the weights in the GEMM's dtype
+    when they are a param.  Without them the kernel gathers nothing and casts the weights."""
 
     gemm: GemmPlan
     tiling: ConvTiling
-    grouped: Shape              # the weights as (G, OC/G, K)
+    data: Shape                 # the input's shape
+    weight: Shape               # the weights' shape
     out: Shape                  # the output's shape
+    grouped: Shape              # the weights as (G, OC/G, K)
+    small: bool
     gather: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def held_bytes(self) -> int:
-        """What the plan holds for the program's life: the gather index."""
-        return 0 if self.gather is None else self.gather.nbytes
+        """What the plan holds for the program's life: the gather index, the weights in the GEMM's dtype."""
+        return (0 if self.gather is None else self.gather.nbytes) + self.gemm.held_bytes
 
     def __str__(self) -> str:
-        return f"{self.gemm}{' gather' if self.gather is not None else ''}"
+        return f"{self.gemm}{' gather' if self.small else ''}"
 
 
 def conv_plan(a: Conv2DAttrs, x: Shape, w: Shape, gemm: GemmPlan, small: bool | None = None) -> ConvPlan:
     """The plan of a conv2d over these shapes on this GEMM path; ``small`` forces the gather on or
     off (tests compare the formulations), by default conv2d_small decides."""
-    if small is None:
-        small = conv2d_small(a, x, w)
-    return ConvPlan(gemm, conv2d_tiling(a, x, w, gemm.operand_dtype.itemsize), (a.groups, w[0] // a.groups, -1),
-                    (x[0], w[0], *conv2d_extent(a, x[2], x[3])), conv2d_gather_index(a, x, w) if small else None)
+    return ConvPlan(gemm, conv2d_tiling(a, x, w, gemm.operand_dtype.itemsize), x, w,
+                    (x[0], w[0], *conv2d_extent(a, x[2], x[3])), (a.groups, w[0] // a.groups, w[1] * w[2] * w[3]),
+                    conv2d_small(a, x, w) if small is None else small)
 
 
 def conv2d_plan(a: Conv2DAttrs, x: TensorType, w: TensorType, b: TensorType | None = None) -> ConvPlan:
     return conv_plan(a, x.shape, w.shape, conv2d_gemm(x, w, b))
 
 
-def _conv2d_small(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, plan: ConvPlan) -> np.ndarray:
+def conv2d_held(a: Conv2DAttrs, plan: ConvPlan, x: bool, w: bool, b: bool = False) -> int:
+    """What conv2d_bind will hold, given which inputs are params: the gather index of a small one
+    (8 bytes per patch element) and weights that are a param in the GEMM's dtype."""
+    n, c = plan.data[:2]
+    oc, ic, kh, kw = plan.weight
+    index = 8 * n * c * kh * kw * plan.out[2] * plan.out[3] if plan.small else 0
+    return index + (oc * ic * kh * kw * plan.gemm.operand_dtype.itemsize if w else 0)
+
+
+def conv2d_bind(a: Conv2DAttrs, plan: ConvPlan, x: np.ndarray | None, w: np.ndarray | None,
+                b: np.ndarray | None = None) -> ConvPlan:
+    """A small one's gather index, and weights that are a param cast to the GEMM's dtype once."""
+    gather = conv2d_gather_index(a, plan.data, plan.weight) if plan.small else None
+    gemm = plan.gemm if w is None else plan.gemm.bound_to(w.reshape(plan.grouped))
+    return dataclasses.replace(plan, gemm=gemm, gather=gather)
+
+
+def _conv2d_small(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, plan: ConvPlan,
+                  gather: np.ndarray) -> np.ndarray:
     """The whole convolution as one GEMM over patches gathered from a zero-padded copy of x
     in the GEMM's operand dtype (the copy is the cast)."""
     dtype = plan.gemm.operand_dtype
@@ -387,9 +423,9 @@ def _conv2d_small(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, plan: ConvPlan) 
         padded[:, :, ph:ph + h, pw:pw + width] = x
     else:
         padded = x.astype(dtype)
+    weights = w.reshape(plan.grouped).astype(dtype) if plan.gemm.weights is None else plan.gemm.weights
     # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
-    y = exact_gemm(plan.gemm, w.reshape(plan.grouped).astype(dtype), padded.reshape(-1).take(plan.gather))
-    return y.reshape(plan.out)
+    return exact_gemm(plan.gemm, weights, padded.reshape(-1).take(gather)).reshape(plan.out)
 
 
 CONV_WINDOW = 2    # units per im2col element read through strided windows (with the cast)
@@ -457,7 +493,7 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
     one exact sum, whatever the tile.
     """
     if plan.gather is not None:
-        y = _conv2d_small(a, x, w, plan)
+        y = _conv2d_small(a, x, w, plan, plan.gather)
         if b is not None:
             y += b[:, None, None]
         return (y,)
@@ -467,7 +503,7 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
     oh, ow = conv2d_extent(a, h, width)
     dtype = plan.gemm.operand_dtype
     t = plan.tiling
-    weights = w.reshape(plan.grouped).astype(dtype)      # (G, OC/G, K)
+    weights = w.reshape(plan.grouped).astype(dtype) if plan.gemm.weights is None else plan.gemm.weights  # (G, OC/G, K)
     # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
     if t.counts(n, groups, oh, ow) == (1, 1, 1, 1):
         patches_of = _conv2d_gathered if t.gather else _conv2d_windows
@@ -496,7 +532,7 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
 
 CONV2D = OpDef("conv2d", Conv2DAttrs, _use_bias_inputs, ("output",),
                shape=conv2d_shape, precision=conv2d_precision, cost=conv2d_cost, kernel=conv2d_kernel,
-               plan=conv2d_plan, reference=reference.conv2d,
+               plan=conv2d_plan, held=conv2d_held, bind=conv2d_bind, reference=reference.conv2d,
                work=conv2d_work, scratch=conv2d_scratch)
 
 
@@ -544,11 +580,22 @@ def dense_scratch(a: DenseAttrs, inputs: tuple[TensorType, ...], outputs: tuple[
     return (m + units) * k * plan.operand_dtype.itemsize + gemm_result_bytes(plan, outputs[0].size) + wide
 
 
+def dense_held(a: DenseAttrs, plan: GemmPlan, x: bool, w: bool, b: bool = False) -> int:
+    """What dense_bind will hold: weights that are a param, in the GEMM's dtype."""
+    return a.units * plan.k * plan.operand_dtype.itemsize if w else 0
+
+
+def dense_bind(a: DenseAttrs, plan: GemmPlan, x: np.ndarray | None, w: np.ndarray | None,
+               b: np.ndarray | None = None) -> GemmPlan:
+    """Weights that are a param are cast to the GEMM's dtype and transposed once, not on every run."""
+    return plan if w is None else plan.bound_to(w.T)
+
+
 def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
                  plan: GemmPlan) -> tuple[np.ndarray, ...]:
     """Y = X W^T (+ B), by the GEMM path of ``plan``."""
     dtype = plan.operand_dtype
-    y = exact_gemm(plan, x.astype(dtype), w.astype(dtype).T)
+    y = exact_gemm(plan, x.astype(dtype), w.astype(dtype).T if plan.weights is None else plan.weights)
     if b is not None:
         y += b
     return (y,)
@@ -556,7 +603,7 @@ def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | No
 
 DENSE = OpDef("dense", DenseAttrs, _use_bias_inputs, ("output",),
               shape=dense_shape, precision=dense_precision, cost=dense_cost, kernel=dense_kernel,
-              plan=dense_plan, reference=reference.dense,
+              plan=dense_plan, held=dense_held, bind=dense_bind, reference=reference.dense,
               work=dense_work, scratch=dense_scratch)
 
 
@@ -674,11 +721,14 @@ def max_pool2d_gather_index(a: MaxPool2DAttrs, x: Shape) -> np.ndarray:
 @dataclass(frozen=True)
 class PoolPlan:
     """How one max_pool2d runs: each axis' compaction (pool_compaction: step, length, gathered),
-    and for a small one the gather index of its windows (max_pool2d_small)."""
+    whether it is small (max_pool2d_small), and a small one's gather index, made by
+    max_pool2d_bind; without it the kernel takes the separable passes."""
 
+    data: Shape               # the input's shape
     rows: tuple[int, int, bool]
     cols: tuple[int, int, bool]
     padded: tuple[int, int]   # rows and columns of the padded input a small one gathers from
+    small: bool
     gather: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -687,7 +737,7 @@ class PoolPlan:
         return 0 if self.gather is None else self.gather.nbytes
 
     def __str__(self) -> str:
-        return "gather" if self.gather is not None else "separable"
+        return "gather" if self.small else "separable"
 
 
 def pool_plan(a: MaxPool2DAttrs, x: Shape, small: bool | None = None) -> PoolPlan:
@@ -696,14 +746,24 @@ def pool_plan(a: MaxPool2DAttrs, x: Shape, small: bool | None = None) -> PoolPla
     (kh, kw), (sh, sw) = a.pool_size, a.strides
     ph, pw = pool_padding(a)
     oh, ow = _pool_extent(a, x)
-    if small is None:
-        small = max_pool2d_small(a, x)
-    return PoolPlan(pool_compaction(x[2], kh, sh, ph, oh), pool_compaction(x[3], kw, sw, pw, ow),
-                    _pool_padded(a, x), max_pool2d_gather_index(a, x) if small else None)
+    return PoolPlan(x, pool_compaction(x[2], kh, sh, ph, oh), pool_compaction(x[3], kw, sw, pw, ow),
+                    _pool_padded(a, x), max_pool2d_small(a, x) if small is None else small)
 
 
 def max_pool2d_plan(a: MaxPool2DAttrs, x: TensorType) -> PoolPlan:
     return pool_plan(a, x.shape)
+
+
+def max_pool2d_held(a: MaxPool2DAttrs, plan: PoolPlan, x: bool) -> int:
+    """What max_pool2d_bind will hold: a small one's gather index, 8 bytes per window cell."""
+    n, c = plan.data[:2]
+    oh, ow = _pool_extent(a, plan.data)
+    return 8 * n * c * oh * ow * a.pool_size[0] * a.pool_size[1] if plan.small else 0
+
+
+def max_pool2d_bind(a: MaxPool2DAttrs, plan: PoolPlan, x: np.ndarray | None) -> PoolPlan:
+    """A small one's gather index."""
+    return dataclasses.replace(plan, gather=max_pool2d_gather_index(a, plan.data)) if plan.small else plan
 
 
 def max_pool2d_work(a: MaxPool2DAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
@@ -771,7 +831,8 @@ def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray, *, plan: PoolPlan) -> tu
 
 MAX_POOL2D = OpDef("max_pool2d", MaxPool2DAttrs, fixed("data"), ("output",),
                    shape=max_pool2d_shape, precision=same_precision, cost=max_pool2d_cost,
-                   kernel=max_pool2d_kernel, plan=max_pool2d_plan, reference=reference.max_pool2d,
+                   kernel=max_pool2d_kernel, plan=max_pool2d_plan, held=max_pool2d_held,
+                   bind=max_pool2d_bind, reference=reference.max_pool2d,
                    work=max_pool2d_work, scratch=max_pool2d_scratch,
                    in_range="selects input values (padding never wins)")
 
