@@ -161,7 +161,8 @@ def _confirmer(where: str, t: TensorType, in_range: bool) -> Confirm:
             return np.ascontiguousarray(value, dtype=dtype)   # native byte order
         return confirm_exact
 
-    bound = precision_bound(t.precision)
+    precision = t.precision
+    bound = precision_bound(precision)
 
     def outside(value: np.ndarray) -> bool:
         if bound == INT32_MAX and value.dtype == _INT32:   # only INT32_MIN is outside precision 32
@@ -173,11 +174,11 @@ def _confirmer(where: str, t: TensorType, in_range: bool) -> Confirm:
             raise wrong(value)
         if value.dtype == _INT32:
             if not in_range and outside(value):
-                raise _out_of_range(where, value, t.precision)
+                raise _out_of_range(where, value, precision)
             return np.ascontiguousarray(value)
         if value.dtype == _INT64 or vm_dtype(value.dtype) in (INT32, "int64"):   # either byte order
             if outside(value):
-                raise _out_of_range(where, value, t.precision)
+                raise _out_of_range(where, value, precision)
             return np.ascontiguousarray(value, dtype=_INT32)
         raise wrong(value)
     return confirm
@@ -286,7 +287,7 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
                 if len(results) != 1:
                     raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, verified 1")
                 env[t] = confirm(results[0])
-                results = None
+                del results
             else:
                 _outputs(run(*fetch(env)) if several else run(fetch(env)), outputs, where, env, observe)
             for t in dead:

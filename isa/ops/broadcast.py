@@ -132,7 +132,8 @@ def broadcast_greater_kernel(a: NoAttrs, x: np.ndarray, y: np.ndarray) -> tuple[
 BROADCAST_GREATER = OpDef("broadcast_greater", NoAttrs, fixed("lhs", "rhs"), ("output",),
                           shape=broadcast_shape, precision=broadcast_greater_precision, cost=unit_cost,
                           kernel=broadcast_greater_kernel, reference=reference.broadcast_greater,
-                          work=strided_passes(2), scratch=broadcast_scratch(1), in_range="0 or 1")
+                          work=strided_passes(2), scratch=broadcast_scratch(1),
+                          in_range="0 or 1, which every precision from 2 holds")
 
 
 # -- where -------------------------------------------------------------------

@@ -156,6 +156,15 @@ def gemm_result_bytes(plan: GemmPlan, elements: int) -> int:
     return elements * (plan.operand_dtype.itemsize + 2 * plan.out_dtype.itemsize)
 
 
+def require_within(plan: GemmPlan, precision: int) -> GemmPlan:
+    """The static proof that a GEMM op's kernel cannot leave its output precision (OpDef.in_range):
+    its path is exact and its results are bounded by out_bound, so out_bound must fit the precision
+    (the precision rule, an independent computation, guarantees it; this checks it)."""
+    require(plan.out_bound <= precision_bound(precision),
+            f"the GEMM's bound {plan.out_bound} exceeds the output precision {precision}")
+    return plan
+
+
 def _require_int8_operands(what: str, x: TensorType, w: TensorType) -> None:
     require(x.precision <= MAX_INPUT_PRECISION,
             f"{what} data precision {x.precision} must be <= {MAX_INPUT_PRECISION}")
@@ -391,7 +400,7 @@ def conv_plan(a: Conv2DAttrs, x: Shape, w: Shape, gemm: GemmPlan, small: bool | 
 
 
 def conv2d_plan(a: Conv2DAttrs, x: TensorType, w: TensorType, b: TensorType | None = None) -> ConvPlan:
-    return conv_plan(a, x.shape, w.shape, conv2d_gemm(x, w, b))
+    return conv_plan(a, x.shape, w.shape, require_within(conv2d_gemm(x, w, b), *conv2d_precision(a, x, w, b)))
 
 
 def conv2d_held(a: Conv2DAttrs, plan: ConvPlan, x: bool, w: bool, b: bool = False) -> int:
@@ -503,7 +512,8 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
     oh, ow = conv2d_extent(a, h, width)
     dtype = plan.gemm.operand_dtype
     t = plan.tiling
-    weights = w.reshape(plan.grouped).astype(dtype) if plan.gemm.weights is None else plan.gemm.weights  # (G, OC/G, K)
+    # (G, OC/G, K)
+    weights = w.reshape(plan.grouped).astype(dtype) if plan.gemm.weights is None else plan.gemm.weights
     # (N, G, OC/G, OH*OW) is NCHW with channel o = g*OC/G + j.
     if t.counts(n, groups, oh, ow) == (1, 1, 1, 1):
         patches_of = _conv2d_gathered if t.gather else _conv2d_windows
@@ -533,7 +543,8 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
 CONV2D = OpDef("conv2d", Conv2DAttrs, _use_bias_inputs, ("output",),
                shape=conv2d_shape, precision=conv2d_precision, cost=conv2d_cost, kernel=conv2d_kernel,
                plan=conv2d_plan, held=conv2d_held, bind=conv2d_bind, reference=reference.conv2d,
-               work=conv2d_work, scratch=conv2d_scratch)
+               work=conv2d_work, scratch=conv2d_scratch,
+               in_range="an exact GEMM bounded by the plan's out_bound, checked within the precision (require_within)")
 
 
 # -- dense ---------------------------------------------------------------------
@@ -563,7 +574,8 @@ def dense_cost(a: DenseAttrs, inputs: tuple[TensorType, ...], outputs: tuple[Ten
 
 
 def dense_plan(a: DenseAttrs, x: TensorType, w: TensorType, b: TensorType | None = None) -> GemmPlan:
-    return gemm_plan(x.shape[1], x.precision, w.precision, None if b is None else b.precision)
+    plan = gemm_plan(x.shape[1], x.precision, w.precision, None if b is None else b.precision)
+    return require_within(plan, *dense_precision(a, x, w, b))
 
 
 def dense_work(a: DenseAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
@@ -604,7 +616,8 @@ def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | No
 DENSE = OpDef("dense", DenseAttrs, _use_bias_inputs, ("output",),
               shape=dense_shape, precision=dense_precision, cost=dense_cost, kernel=dense_kernel,
               plan=dense_plan, held=dense_held, bind=dense_bind, reference=reference.dense,
-              work=dense_work, scratch=dense_scratch)
+              work=dense_work, scratch=dense_scratch,
+              in_range="an exact GEMM bounded by the plan's out_bound, checked within the precision (require_within)")
 
 
 # -- max_pool2d ----------------------------------------------------------------
