@@ -139,18 +139,18 @@ _INT32_MIN = -(1 << 31)
 Confirm = Callable[[object], np.ndarray]
 
 
-def _confirmer(where: str, t: TensorType, in_range: bool) -> Confirm:
-    """How one output of a kernel is confirmed against its verified type and made canonical
-    (exact dtype, C order).  An int32 CVM tensor's values are checked against its precision,
-    one min/max pass, unless the op proves they cannot leave it (``OpDef.in_range``) and the
-    kernel kept native int32; an int64 result (or a non-native one) is always checked before its cast."""
+def _confirmer(t: TensorType, in_range: bool) -> Confirm:
+    """How a kernel's output of type ``t`` is confirmed against it and made canonical (exact dtype,
+    C order, native byte order).  An int32 CVM tensor's values are checked against its precision,
+    one min/max pass, unless the op proves they cannot leave it (``OpDef.in_range``) and the kernel
+    kept native int32; an int64 (or non-native) result is always checked before its cast.  A failure
+    is an InternalError; the executor adds which instruction."""
     shape = t.shape
 
     def wrong(value: object) -> InternalError:
         if not isinstance(value, np.ndarray) or tuple(value.shape) != shape:
-            return InternalError("shape", f"{where}: kernel produced shape {getattr(value, 'shape', None)}, "
-                                          f"verified {shape}")
-        return InternalError("dtype", f"{where}: kernel produced {value.dtype}, verified {t.dtype}")
+            return InternalError("shape", f"kernel produced shape {getattr(value, 'shape', None)}, verified {shape}")
+        return InternalError("dtype", f"kernel produced {value.dtype}, verified {t.dtype}")
 
     if t.dtype != INT32 or t.precision is None:
         dtype = DTYPES[t.dtype]
@@ -174,21 +174,20 @@ def _confirmer(where: str, t: TensorType, in_range: bool) -> Confirm:
             raise wrong(value)
         if value.dtype == _INT32:
             if not in_range and outside(value):
-                raise _out_of_range(where, value, precision)
+                raise _out_of_range(value, precision)
             return np.ascontiguousarray(value)
         if value.dtype == _INT64 or vm_dtype(value.dtype) in (INT32, "int64"):   # either byte order
             if outside(value):
-                raise _out_of_range(where, value, precision)
+                raise _out_of_range(value, precision)
             return np.ascontiguousarray(value, dtype=_INT32)
         raise wrong(value)
     return confirm
 
 
-def _out_of_range(where: str, value: np.ndarray, precision: int) -> InternalError:
+def _out_of_range(value: np.ndarray, precision: int) -> InternalError:
     bound = precision_bound(precision)
     lo, hi = int(value.min()), int(value.max())
-    return InternalError("precision", f"{where}: value {lo if lo < -bound else hi} outside "
-                                      f"inferred precision {precision}")
+    return InternalError("precision", f"value {lo if lo < -bound else hi} outside inferred precision {precision}")
 
 
 Prepare = Callable[[object, "list[Clipping] | None"], np.ndarray]
@@ -216,9 +215,11 @@ class CompiledStep(NamedTuple):
     run: Callable[..., tuple[np.ndarray, ...]]  # the kernel bound with its attributes and plan
     fetch: Callable[[list[np.ndarray | None]], Any]  # its inputs from the tensors by id: one, or a tuple
     several: bool                                 # fetch gives a tuple (more than one input)
-    outputs: tuple[tuple[int, Confirm], ...]
+    output: int                                   # its first output's tensor id, and how it is confirmed
+    confirm: Confirm
+    more: tuple[tuple[int, Confirm], ...]         # the others' (most ops have one output)
     dead: tuple[int, ...]   # tensors no later step or output reads: dropped once it ran
-    where: str
+    index: int
 
 
 @dataclass(frozen=True)
@@ -243,13 +244,18 @@ def compiled(program: Program) -> Compiled:
 
 def _compile(program: Program) -> Compiled:
     model = program.model
+    # One confirmer per output type and kind of op (a long chain of one type shares one).
+    confirmers: dict[tuple[TensorType, bool], Confirm] = {}
     steps = []
     for step in program.steps:
-        where = f"instruction {step.index} ({step.op.name})"
-        outputs = tuple((t, _confirmer(where, ty, step.op.in_range is not None))
-                        for t, ty in zip(step.outputs, step.out_types))
-        steps.append(CompiledStep(step.run, operator.itemgetter(*step.inputs), len(step.inputs) > 1, outputs,
-                                  program.free_after[step.index], where))
+        outputs = []
+        for t, ty in zip(step.outputs, step.out_types):
+            key = (ty, step.op.in_range is not None)
+            if key not in confirmers:
+                confirmers[key] = _confirmer(*key)
+            outputs.append((t, confirmers[key]))
+        steps.append(CompiledStep(step.run, operator.itemgetter(*step.inputs), len(step.inputs) > 1, *outputs[0],
+                                  tuple(outputs[1:]), program.free_after[step.index], step.index))
     template = [None] * len(model.inputs) + [p.value for p in model.params]
     template += [None] * (len(program.types) - len(template))
     names = tuple(i.name for i in model.inputs)
@@ -271,7 +277,7 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
     if given.keys() != plan.names_set:
         _check_names(plan, given)
     env = list(plan.template)
-    where = "its inputs"  # where the run is, for that refusal
+    index = -1  # the instruction running, for an error's message
     try:
         for k, (name, prepare) in enumerate(zip(plan.names, plan.prepare)):
             env[k] = prepare(given[name], clipped)
@@ -279,31 +285,38 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
         if observe is not None:
             for k in range(plan.variables):
                 observe(k, cast(np.ndarray, env[k]))
-        for run, fetch, several, outputs, dead, where in plan.steps:
+        for run, fetch, several, output, confirm, more, dead, index in plan.steps:
             # The kernel's own arrays (an int64 result beside its int32 copy) go before the next kernel runs.
-            if observe is None and len(outputs) == 1:
-                t, confirm = outputs[0]
+            if observe is None and not more:
                 results = run(*fetch(env)) if several else run(fetch(env))
                 if len(results) != 1:
-                    raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, verified 1")
-                env[t] = confirm(results[0])
+                    raise InternalError("arity", f"kernel returned {len(results)} outputs, verified 1")
+                env[output] = confirm(results[0])
                 del results
             else:
-                _outputs(run(*fetch(env)) if several else run(fetch(env)), outputs, where, env, observe)
+                _outputs(run(*fetch(env)) if several else run(fetch(env)), ((output, confirm), *more), env, observe)
             for t in dead:
                 env[t] = None
     except MemoryError:
-        raise LimitError("memory", f"out of memory at {where}: this host cannot give the "
+        raise LimitError("memory", f"out of memory at {_where(program, index)}: this host cannot give the "
                                    f"{program.memory_bytes} bytes the program needs at its peak") from None
+    except InternalError as e:
+        if index < 0:
+            raise
+        raise InternalError(e.reason, f"{_where(program, index)}: {e.message}") from None
     # Verification never frees an output (Program.free_after), so each is still there.
     return cast(list[np.ndarray], [env[t] for t in plan.outputs]), plan.peak
 
 
-def _outputs(results: tuple[np.ndarray, ...], outputs: tuple[tuple[int, Confirm], ...], where: str,
+def _where(program: Program, index: int) -> str:
+    return "its inputs" if index < 0 else f"instruction {index} ({program.steps[index].op.name})"
+
+
+def _outputs(results: tuple[np.ndarray, ...], outputs: tuple[tuple[int, Confirm], ...],
              env: list[np.ndarray | None], observe: TensorObserver | None) -> None:
     """Every output of a step confirmed and stored, each shown to ``observe`` when given."""
     if len(results) != len(outputs):
-        raise InternalError("arity", f"{where}: kernel returned {len(results)} outputs, verified {len(outputs)}")
+        raise InternalError("arity", f"kernel returned {len(results)} outputs, verified {len(outputs)}")
     for (t, confirm), value in zip(outputs, results):
         env[t] = out = confirm(value)
         if observe is not None:
