@@ -219,7 +219,7 @@ class CompiledStep(NamedTuple):
     confirm: Confirm
     more: tuple[tuple[int, Confirm], ...]         # the others' (most ops have one output)
     dead: tuple[int, ...]   # tensors no later step or output reads: dropped once it ran
-    index: int
+    step: int               # its instruction's index
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
     if given.keys() != plan.names_set:
         _check_names(plan, given)
     env = list(plan.template)
-    index = -1  # the instruction running, for an error's message
+    step = -1  # the instruction running, for an error's message
     try:
         for k, (name, prepare) in enumerate(zip(plan.names, plan.prepare)):
             env[k] = prepare(given[name], clipped)
@@ -285,7 +285,7 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
         if observe is not None:
             for k in range(plan.variables):
                 observe(k, cast(np.ndarray, env[k]))
-        for run, fetch, several, output, confirm, more, dead, index in plan.steps:
+        for run, fetch, several, output, confirm, more, dead, step in plan.steps:
             # The kernel's own arrays (an int64 result beside its int32 copy) go before the next kernel runs.
             if observe is None and not more:
                 results = run(*fetch(env)) if several else run(fetch(env))
@@ -298,12 +298,12 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
             for t in dead:
                 env[t] = None
     except MemoryError:
-        raise LimitError("memory", f"out of memory at {_where(program, index)}: this host cannot give the "
+        raise LimitError("memory", f"out of memory at {_where(program, step)}: this host cannot give the "
                                    f"{program.memory_bytes} bytes the program needs at its peak") from None
     except InternalError as e:
-        if index < 0:
+        if step < 0:
             raise
-        raise InternalError(e.reason, f"{_where(program, index)}: {e.message}") from None
+        raise InternalError(e.reason, f"{_where(program, step)}: {e.message}") from None
     # Verification never frees an output (Program.free_after), so each is still there.
     return cast(list[np.ndarray], [env[t] for t in plan.outputs]), plan.peak
 
