@@ -1,16 +1,18 @@
 """cvmvm's speed on the reference models, beside the Cortex runtime's (a script, not a test).
 
     python3 bench/perf.py [--runs 20] [--threads 1,2] [--models perf,perf-large] [--wait-idle 60]
+                          [--orders numpy,cvmvm] [--baseline DIR [--rounds 3]]
 
 Each BLAS thread count runs in its own process (OpenBLAS reads
 OPENBLAS_NUM_THREADS when it loads).  Per model it prints the median time per
 inference with and without the trace (every tensor hashed), their spread, each
 op kind's share of an untraced run, the hashing cost, peak tensor memory, the
 model's MACs, and the time over a GEMM bound: MACs / the float64 and float32
-GEMM rates this process measures on a large matrix.  Then the digits model's
-throughput, one image per run and as one batched run.  The Cortex runtime's
-figures are fixtures/models/README.md's (2-vCPU AMD EPYC, -O3, OpenMP, median
-per inference on a quiet machine).
+GEMM rates this process measures on a large matrix.  Then the digits model, one
+image per call (throughput, and each call's latency: p50 and p99, traced and
+untraced) and as one batched run.  The Cortex runtime's figures are issue 14's:
+the runtime built from its public source (CPU device, OpenMP) and measured side
+by side with cvmvm on this project's 2-vCPU AMD EPYC machines.
 
 The machine may be shared: each block prints the CPU idle fraction measured
 just before it, and --wait-idle waits (up to that many seconds) for an idle one.
@@ -20,6 +22,11 @@ The environment passes through.
 cvmvm and once after, and ends with the traced medians side by side: a traced
 run limits BLAS to one thread through threadpoolctl (cvmvm.vm.blas) whatever
 the import order, so the two must match.  The `speed` extra installs it.
+
+On a loaded machine compare against a baseline measured in the same run:
+--baseline DIR measures another checkout too (main's, say), alternating with
+this one round by round, and prints each figure of both with their ratio (the
+median of the rounds' ratios: a machine whose speed drifts moves both alike).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -35,9 +43,12 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+TREE = REPO  # the checkout a child process measures (--tree)
 
-# fixtures/models/README.md: Cortex runtime, ms per inference, by OMP thread count.
-CORTEX_MS = {"perf": {1: 51.7, 2: 33.2}, "perf-large": {1: 202.8, 2: 117.8}, "digits": {1: 0.0122, 2: 0.0162}}
+# Issue 14: the Cortex runtime, ms per inference by OMP thread count, measured side by side with
+# cvmvm; digits about 107,000 images/s one image per call.
+CORTEX_MS = {"perf": {1: 45.1, 2: 26.4}, "perf-large": {1: 202.6, 2: 118.2},
+             "digits": {1: 1e3 / 107_000, 2: 1e3 / 107_000}}
 
 
 def cpu_idle(seconds: float = 0.5) -> float:
@@ -65,7 +76,7 @@ def quantiles(xs: list[float]) -> dict[str, float]:
 
     def q(p: float) -> float:
         return s[min(len(s) - 1, int(p * (len(s) - 1) + 0.5))]
-    return {"min": s[0], "p25": q(0.25), "median": q(0.5), "p75": q(0.75), "max": s[-1]}
+    return {"min": s[0], "p25": q(0.25), "median": q(0.5), "p75": q(0.75), "p99": q(0.99), "max": s[-1]}
 
 
 def macs(program) -> int:
@@ -73,7 +84,7 @@ def macs(program) -> int:
     total = 0
     for step in program.steps:
         if step.op.name in ("conv2d", "dense"):
-            total += step.out_types[0].size * (step.plan.gemm if step.op.name == "conv2d" else step.plan).k
+            total += step.out_types[0].size * getattr(step.plan, "gemm", step.plan).k  # a baseline's plans too
     return total
 
 
@@ -132,11 +143,11 @@ def hashing_seconds(program, feeds: dict) -> float:
 
 def bench_model(name: str, runs: int, wait: float) -> dict:
     import numpy as np
-    sys.path.insert(0, str(REPO / "fixtures"))
+    sys.path.insert(0, str(TREE / "fixtures"))
     import generate
     model = generate.load_fixture_model(name)
     inputs = generate.load_fixture_inputs(name)
-    want = np.load(REPO / "fixtures" / "models" / name / "expected_outputs.npy")
+    want = np.load(TREE / "fixtures" / "models" / name / "expected_outputs.npy")
     idle = wait_idle(wait)
     out: dict = {"idle": idle}
     for trace in (False, True):
@@ -162,24 +173,35 @@ def bench_model(name: str, runs: int, wait: float) -> dict:
 
 
 def bench_digits(runs: int, batch: int) -> dict:
+    """One image per call: images/s (the best pass over the 297 test images) and each call's
+    latency over every pass (p50, p99, max); then one batched run."""
     import numpy as np
-    sys.path.insert(0, str(REPO / "fixtures"))
+    sys.path.insert(0, str(TREE / "fixtures"))
     import generate
     from cvmvm.vm import batching
     from cvmvm.vm.api import Model
     model = generate.load_fixture_model("digits")
     images = generate.load_fixture_inputs("digits")
-    want = np.load(REPO / "fixtures" / "models" / "digits" / "expected_outputs.npy")
+    want = np.load(TREE / "fixtures" / "models" / "digits" / "expected_outputs.npy")
     out: dict = {}
+    clock = time.perf_counter
     for trace in (False, True):
-        best = None
-        for _ in range(max(1, runs // 10)):
-            t = time.perf_counter()
-            got = [model.run({"data": x}, trace=trace).outputs[0] for x in images]
-            elapsed = time.perf_counter() - t
+        for x in images[:50]:
+            model.run({"data": x}, trace=trace)                 # warm-up
+        best, cpu, calls = None, None, []
+        for _ in range(max(1, runs // 4)):
+            got = []
+            start, start_cpu = clock(), time.process_time()
+            for x in images:
+                t = clock()
+                got.append(model.run({"data": x}, trace=trace).outputs[0])
+                calls.append(clock() - t)
+            elapsed, used = clock() - start, time.process_time() - start_cpu
             best = elapsed if best is None else min(best, elapsed)
+            cpu = used if cpu is None else min(cpu, used)
         out[f"single_{'traced' if trace else 'untraced'}"] = {
-            "images_per_s": len(images) / best, "exact": bool(np.array_equal(np.concatenate(got), want))}
+            "images_per_s": len(images) / best, "cpu_per_image": cpu / len(images), "latency": quantiles(calls),
+            "exact": bool(np.array_equal(np.concatenate(got), want))}
     program = model.program
     big = Model(batching.stacked_program(program, batching.batch_plan(program), batch))
     stacked = np.concatenate(list(images[:batch]))
@@ -194,7 +216,9 @@ def bench_digits(runs: int, batch: int) -> dict:
 
 
 def child(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(REPO))
+    global TREE
+    TREE = Path(args.tree).resolve()
+    sys.path.insert(0, str(TREE))
     if args.first == "numpy":
         import numpy as np
         import cvmvm  # noqa: F401
@@ -249,7 +273,63 @@ def show(r: dict) -> None:
     for key in ("single_untraced", "single_traced", "batched_untraced", "batched_traced"):
         v = d[key]
         what = key.replace("_", ", ").replace("batched", f"batch of {d['batch']}")
-        print(f"  {what:26s} {v['images_per_s']:>10,.0f} images/s  exact={v['exact']}")
+        line = f"  {what:26s} {v['images_per_s']:>10,.0f} images/s  exact={v['exact']}"
+        if "latency" in v:
+            lat = v["latency"]
+            line += (f"  latency p50 {us(lat['median'])} us, p99 {us(lat['p99'])} us "
+                     f"({lat['p99'] / lat['median']:.2f}x p50), max {us(lat['max'])} us; "
+                     f"CPU {us(v['cpu_per_image'])} us per image")
+        print(line)
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f}"
+
+
+# The figures a comparison with a baseline prints: (label, path in a child's report, lower is better).
+FIGURES = [(f"{name} {kind} median (ms)", ("models", name, kind, "seconds", "median"), True)
+           for name in ("perf", "perf-large") for kind in ("untraced", "traced")]
+FIGURES += [(f"digits one per call {kind}: images/s", ("digits", f"single_{kind}", "images_per_s"), False)
+            for kind in ("untraced", "traced")]
+FIGURES += [(f"digits one per call {kind}: CPU us per image", ("digits", f"single_{kind}", "cpu_per_image"), True)
+            for kind in ("untraced", "traced")]
+FIGURES += [(f"digits one per call {kind}: latency {q} (us)", ("digits", f"single_{kind}", "latency", k), True)
+            for kind in ("untraced", "traced") for q, k in (("p50", "median"), ("p99", "p99"))]
+FIGURES += [(f"digits batch {kind}: images/s", ("digits", f"batched_{kind}", "images_per_s"), False)
+            for kind in ("untraced", "traced")]
+
+
+def figure(report: dict, path: tuple[str, ...]) -> float | None:
+    for key in path:
+        if not isinstance(report, dict) or key not in report:
+            return None
+        report = report[key]
+    return float(report)  # type: ignore[arg-type]
+
+
+def compare(threads: str, first: str, ours: list[dict], theirs: list[dict], baseline: Path) -> None:
+    """Each figure of both checkouts (median over the rounds) and how many times faster this one is:
+    the median, over the rounds, of that round's ratio."""
+    print(f"\n=== OPENBLAS_NUM_THREADS={threads}, {first} imported first: this checkout against {baseline}, {len(ours)} rounds, "
+          f"alternating (x: how many times faster this checkout is)")
+    for label, path, lower in FIGURES:
+        got = [figure(r, path) for r in ours]
+        base = [figure(r, path) for r in theirs]
+        if any(v is None for v in got + base):
+            continue
+        a, b = [float(v or 0) for v in got], [float(v or 0) for v in base]
+        ratios = [(y / x if lower else x / y) for x, y in zip(a, b)]
+        scale = 1e3 if "(ms)" in label else 1e6 if "us" in label else 1
+        print(f"  {label:48s} {statistics.median(a) * scale:>12,.1f} {statistics.median(b) * scale:>12,.1f}  "
+              f"{statistics.median(ratios):5.2f}x  (rounds {min(ratios):.2f}-{max(ratios):.2f})")
+
+
+def run_child(tree: Path, threads: str, first: str, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--tree", str(tree), "--runs", str(args.runs),
+           "--models", args.models, "--wait-idle", str(args.wait_idle), "--first", first]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,8 +341,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to wait for a >= 90%% idle CPU before each model")
     parser.add_argument("--orders", default="cvmvm", help="import orders to run, of numpy and cvmvm: the one "
                                                              "imported first (default cvmvm)")
+    parser.add_argument("--baseline", help="another checkout (a directory) to measure alternately with this one")
+    parser.add_argument("--rounds", type=int, default=3, help="with --baseline: rounds of both")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--first", default="cvmvm", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", default=str(REPO), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args)
@@ -270,16 +353,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cvmvm bench: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     traced: dict[tuple[str, str, str], float] = {}
     for th in args.threads.split(","):
-        for first in args.orders.split(","):
-            env = dict(os.environ, OPENBLAS_NUM_THREADS=th, OMP_NUM_THREADS=th, MKL_NUM_THREADS=th)
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--runs", str(args.runs),
-                   "--models", args.models, "--wait-idle", str(args.wait_idle), "--first", first]
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            report = json.loads(done.stdout.splitlines()[-1])
-            show(report)
+    orders = args.orders.split(",")
+    for th in args.threads.split(","):
+        for first in orders:
+            if args.baseline is None:
+                report = run_child(REPO, th, first, args)
+                show(report)
+            else:
+                baseline = Path(args.baseline).resolve()
+                ours: list[dict] = []
+                theirs: list[dict] = []
+                for _ in range(args.rounds):
+                    ours.append(run_child(REPO, th, first, args))
+                    theirs.append(run_child(baseline, th, first, args))
+                report = ours[0]
+                show(report)
+                compare(th, first, ours, theirs, baseline)
             for name, m in report["models"].items():
                 traced[(th, name, first)] = m["traced"]["seconds"]["median"]
-    orders = args.orders.split(",")
     if len(orders) > 1:
         print("\ntraced median by import order (numpy first / cvmvm first):")
         for th in args.threads.split(","):
@@ -287,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                 times = [traced[(th, name, first)] for first in orders]
                 print(f"  {name:<11} {th} thread(s): " + ", ".join(f"{f} first {ms(t)} ms" for f, t in zip(orders, times))
                       + f"  (ratio {times[0] / times[-1]:.2f})")
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
     return 0
 
 
