@@ -150,6 +150,22 @@ def test_verified_conv2d_at_the_float32_edge(c, kernel, chunks):
     assert set(y[0, 1].reshape(-1).tolist()) == {k * 127 * 127}
 
 
+@pytest.mark.parametrize("pb, folds", [(12, True), (13, False)])
+def test_a_bias_folds_into_the_gemm_only_within_its_exact_range(pb, folds):
+    """1040 * 127^2 + 2047 <= 2^24 < 1040 * 127^2 + 4095, which is odd: a float32 add would round it."""
+    x, w, exact = edge_dense(1040, 8)
+    bias = precision_bound(pb)
+    plan = nn.gemm_plan(1040, 8, 8, pb)
+    assert (plan.path, plan.chunks, plan.folds_bias) == ("f32", 1, folds)
+    if not folds:   # outside the VM, on purpose
+        assert int(np.float32(exact) + np.float32(bias)) != exact + bias
+    attrs = dense_attrs(1, use_bias=True)
+    b = np.array([bias], dtype=np.int32)
+    bound = nn.dense_bind(attrs, plan, None, w.astype(np.int32), b)
+    assert (bound.bias is not None) == folds
+    assert int(nn.dense_kernel(attrs, x.astype(np.int32), w.astype(np.int32), b, plan=bound)[0][0, 0]) == exact + bias
+
+
 def test_float32_would_round_where_the_plan_chunks():
     """1041 * 127^2 = 16790289 is odd and above 2^24: no float32 holds it, so one
     float32 GEMM must be wrong, whatever order BLAS adds in."""
@@ -218,31 +234,44 @@ def test_every_path_agrees_on_one_conv2d(case, fill):
     for gemm in forced_plans(k, 8, 8, 21 if b is not None else None):
         for small in (False, True):   # im2col's windows, and the small convolutions' gather
             plan = nn.conv_plan(a, xs, ws, gemm, small)
-            # Unbound, bound (the gather index made), and bound to the weights as a param.
-            for bound in (plan, nn.conv2d_bind(a, plan, None, None), nn.conv2d_bind(a, plan, None, w)):
+            # Unbound, bound (the gather index made), bound to the weights as a param, and to the
+            # weights and the bias as params (a small one folds the bias into its GEMM when exact).
+            with_bias = nn.conv2d_bind(a, plan, None, w, b)
+            assert (with_bias.gemm.bias is not None) == (small and b is not None and gemm.folds_bias)
+            for bound in (plan, nn.conv2d_bind(a, plan, None, None), nn.conv2d_bind(a, plan, None, w), with_bias):
                 (y,) = nn.conv2d_kernel(a, *args, plan=bound)
                 assert y.dtype == gemm.out_dtype
                 assert np.array_equal(y, want), bound
             assert nn.conv2d_bind(a, plan, None, w).held_bytes == nn.conv2d_held(a, plan, False, True)
             assert nn.conv2d_bind(a, plan, None, None).held_bytes == nn.conv2d_held(a, plan, False, False)
+            assert with_bias.held_bytes == nn.conv2d_held(a, plan, False, True, b is not None)
 
 
 @settings(derandomize=True, max_examples=40, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 80), st.integers(1, 5), st.integers(1, 12), st.integers(1, 12),
-       st.integers(0, 2**32 - 1))
-def test_every_path_agrees_on_one_dense(m, k, units, px, pw, seed):
+       st.sampled_from([0, 1, 8, 25, 32]), st.integers(0, 2**32 - 1))
+def test_every_path_agrees_on_one_dense(m, k, units, px, pw, pb, seed):
     rng = np.random.default_rng(seed)
     bx, bw = precision_bound(px), precision_bound(pw)
     x = rng.integers(-bx, bx + 1, (m, k), dtype=np.int64).astype(np.int32)
     w = rng.integers(-bw, bw + 1, (units, k), dtype=np.int64).astype(np.int32)
-    (want,) = reference.dense(dense_attrs(units), x, w)
-    for plan in forced_plans(k, px, pw, None):
+    b = None
+    if pb:   # the bias at its precision's edges and between
+        b = rng.integers(-precision_bound(pb), precision_bound(pb) + 1, units, dtype=np.int64).astype(np.int32)
+        b[0] = precision_bound(pb)
+    attrs = dense_attrs(units, use_bias=b is not None)
+    args = (x, w) if b is None else (x, w, b)
+    (want,) = reference.dense(attrs, *args)
+    for plan in forced_plans(k, px, pw, pb or None):
         if plan.path == "f32" and plan.chunk * bx * bw > 1 << 24:
             continue
-        bound = nn.dense_bind(dense_attrs(units), plan, None, w)   # the weights as a param
-        assert bound.held_bytes == nn.dense_held(dense_attrs(units), plan, False, True)
-        for p in (plan, bound):
-            (y,) = nn.dense_kernel(dense_attrs(units), x, w, plan=p)
+        bound = nn.dense_bind(attrs, plan, None, w)   # the weights as a param
+        assert bound.held_bytes == nn.dense_held(attrs, plan, False, True)
+        both = nn.dense_bind(attrs, plan, None, w, b)   # and the bias, folded into the GEMM when exact
+        assert both.held_bytes == nn.dense_held(attrs, plan, False, True, b is not None)
+        assert (both.bias is not None) == (b is not None and plan.folds_bias)
+        for p in (plan, bound, both):
+            (y,) = nn.dense_kernel(attrs, *args, plan=p)
             assert np.array_equal(y, want), p
 
 

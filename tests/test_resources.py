@@ -115,9 +115,9 @@ def test_params_stay_live_and_outputs_are_kept():
                                      *(live[i] + b + steps[i].scratch for i in range(3)))
 
 
-def small_conv_chain(count, weights_are_params=True):
-    """``count`` small 3x3 convolutions (1x4x6x6, padded by 1) over one input, each with its own weights."""
-    x = TensorType((1, 4, 6, 6), 8)
+def small_conv_chain(count, weights_are_params=True, size=6):
+    """``count`` small 3x3 convolutions (1x4xSxS, padded by 1) over one input, each with its own weights."""
+    x = TensorType((1, 4, size, size), 8)
     w = TensorType((4, 4, 3, 3), 8)
     attrs = parse_attrs(nn.Conv2DAttrs, dict(channels=4, kernel_size=(3, 3), padding=(1, 1), use_bias=False),
                         fill_defaults=True)
@@ -150,7 +150,9 @@ def test_what_plans_hold_is_counted_and_is_what_they_hold():
 
 
 def test_what_plans_would_hold_is_refused_before_it_is_made():
-    ir = small_conv_chain(40)
+    # 16x16: what plans would hold (3 MB) dwarfs what verification itself allocates (the wire
+    # bounds' msgpack packer starts with a 256 KiB buffer).
+    ir = small_conv_chain(40, size=16)
     program = verify(ir, UNLIMITED)
     held = sum(s.held for s in program.steps)
     for limit in (program.memory_bytes - 1, held):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
 
@@ -191,7 +190,10 @@ class Model:
                     tracer(t, value)
                 kept.append(value)  # tensors arrive in id order
         clipped: list[Clipping] = []
-        with hashing_alongside(self.program) if trace else nullcontext():
+        if trace:
+            with hashing_alongside(self.program):
+                outputs, peak = execute(self.program, inputs, observe, clipped)
+        else:
             outputs, peak = execute(self.program, inputs, observe, clipped)
         if tracer is not None:
             commitments = tuple(tracer.commitments[t] for t in self.program.model.outputs)

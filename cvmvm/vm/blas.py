@@ -40,6 +40,10 @@ def hashing_alongside(program: Program) -> AbstractContextManager[Any]:
     """One BLAS thread while a traced run of ``program`` executes, when some tensor of it is
     large enough to be hashed on the background thread (else nothing competes with BLAS)."""
     ctl = controller()
-    if ctl is None or all(body_length(t) < BACKGROUND_MIN_BYTES for t in program.types):
+    hashes_alongside = program.runtime.get("hashes_alongside")   # once per program, not per run
+    if hashes_alongside is None:
+        hashes_alongside = program.runtime["hashes_alongside"] = any(
+            body_length(t) >= BACKGROUND_MIN_BYTES for t in program.types)
+    if ctl is None or not hashes_alongside:
         return nullcontext()
     return ctl.limit(limits=1, user_api="blas")

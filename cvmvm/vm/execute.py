@@ -165,15 +165,18 @@ def _confirmer(t: TensorType, in_range: bool) -> Confirm:
     bound = precision_bound(precision)
 
     def outside(value: np.ndarray) -> bool:
-        if bound == INT32_MAX and value.dtype == _INT32:   # only INT32_MIN is outside precision 32
-            return bool(np.minimum.reduce(value, axis=None) == _INT32_MIN)
         return bool(np.minimum.reduce(value, axis=None) < -bound or np.maximum.reduce(value, axis=None) > bound)
+
+    def outside_int32(value: np.ndarray) -> bool:   # only INT32_MIN is outside precision 32
+        return bool(np.minimum.reduce(value, axis=None) == _INT32_MIN)
+
+    check_int32 = None if in_range else outside_int32 if bound == INT32_MAX else outside
 
     def confirm(value: object) -> np.ndarray:
         if not isinstance(value, np.ndarray) or value.shape != shape:
             raise wrong(value)
         if value.dtype == _INT32:
-            if not in_range and outside(value):
+            if check_int32 is not None and check_int32(value):
                 raise _out_of_range(value, precision)
             return np.ascontiguousarray(value)
         if value.dtype == _INT64 or vm_dtype(value.dtype) in (INT32, "int64"):   # either byte order

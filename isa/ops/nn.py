@@ -40,6 +40,7 @@ MAX_INPUT_PRECISION = 8  # conv2d and dense multiply int8 by int8
 
 F32_EXACT = 1 << 24  # every integer of magnitude <= 2^24 is a float32, and 2^24 + 1 is not
 F64_EXACT = 1 << 53
+I64_EXACT = (1 << 63) - 1
 # Each float32 chunk costs its own passes over the output (cast, add); when a
 # chunk can hold fewer terms than this, they cost more than float32 saves over
 # float64.
@@ -65,6 +66,9 @@ class GemmPlan:
     # The constant operand, when the op's weights are a param: in the operand dtype and the
     # layout the op's GEMM reads, made once at verification (the op's bind rule).
     weights: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # The bias, when it is a param and ``folds_bias``: in the operand dtype, shaped to broadcast
+    # onto the GEMM's result, added before the cast (one pass fewer than adding it after).
+    bias: np.ndarray | None = field(default=None, compare=False, repr=False)
     # Derived from the fields above, once: kernels read them on every call.
     chunks: int = field(init=False, compare=False)
     operand_dtype: np.dtype = field(init=False, compare=False)
@@ -78,14 +82,21 @@ class GemmPlan:
 
     @property
     def held_bytes(self) -> int:
-        """What the plan holds for the program's life: the weights in the operand dtype."""
-        return 0 if self.weights is None else self.weights.nbytes
+        """What the plan holds for the program's life: the weights and the bias in the operand dtype."""
+        return sum(0 if a is None else a.nbytes for a in (self.weights, self.bias))
 
-    def bound_to(self, weights: np.ndarray) -> GemmPlan:
-        """This plan with its constant operand (already laid out for the op's GEMM) in the operand dtype."""
-        held = np.ascontiguousarray(weights, dtype=self.operand_dtype)
-        held.flags.writeable = False
-        return GemmPlan(self.path, self.k, self.chunk, self.bound, self.out_bound, held)
+    @property
+    def folds_bias(self) -> bool:
+        """Whether a bias can be added to the GEMM's result before its cast, exactly: one GEMM (no
+        chunks), and every result, bias included, within what the operand dtype holds exactly."""
+        return self.chunks == 1 and self.out_bound <= {"f32": F32_EXACT, "f64": F64_EXACT, "i64": I64_EXACT}[self.path]
+
+    def bound_to(self, weights: np.ndarray, bias: np.ndarray | None = None) -> GemmPlan:
+        """This plan with its constant operand (already laid out for the op's GEMM) in the operand dtype,
+        and a constant bias (shaped to broadcast onto the GEMM's result) when it ``folds_bias``."""
+        held = _held(weights, self.operand_dtype)
+        folded = _held(bias, self.operand_dtype) if bias is not None and self.folds_bias else None
+        return GemmPlan(self.path, self.k, self.chunk, self.bound, self.out_bound, held, folded)
 
     def __str__(self) -> str:
         bound = f"2^{math.log2(self.bound):.1f}" if self.bound else "0"
@@ -118,14 +129,25 @@ def gemm_plan(k: int, x_precision: int, w_precision: int, bias_precision: int | 
     return GemmPlan("i64", k, k, bound, out_bound)
 
 
+def _held(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    held = np.ascontiguousarray(value, dtype=dtype)
+    held.flags.writeable = False
+    return held
+
+
 def exact_gemm(plan: GemmPlan, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b (matmul broadcasting, K = a's last axis) as plan.out_dtype integers, exactly.
+    """a @ b (matmul broadcasting, K = a's last axis), plus the plan's bias when it holds one, as
+    plan.out_dtype integers, exactly.
 
     ``a`` and ``b`` are already in the plan's operand dtype.
     """
     if plan.chunks == 1:
-        # Every sum is an integer the float holds exactly, so the cast is exact too.
-        return np.matmul(a, b).astype(plan.out_dtype, copy=False)
+        # Every sum, the bias's too (folds_bias), is an integer the float holds exactly, so the
+        # cast is exact too.
+        result = np.matmul(a, b)
+        if plan.bias is not None:
+            np.add(result, plan.bias, out=result)
+        return result.astype(plan.out_dtype, copy=False)
     acc = None
     for k0 in range(0, plan.k, plan.chunk):
         # Each chunk's sums are integers the float holds exactly, so the cast is exact too.
@@ -403,20 +425,31 @@ def conv2d_plan(a: Conv2DAttrs, x: TensorType, w: TensorType, b: TensorType | No
     return conv_plan(a, x.shape, w.shape, require_within(conv2d_gemm(x, w, b), *conv2d_precision(a, x, w, b)))
 
 
+def _conv2d_folds_bias(plan: ConvPlan, w: bool, b: bool) -> bool:
+    """A small one whose weights and bias are params adds the bias inside its one GEMM."""
+    return plan.small and w and b and plan.gemm.folds_bias
+
+
 def conv2d_held(a: Conv2DAttrs, plan: ConvPlan, x: bool, w: bool, b: bool = False) -> int:
     """What conv2d_bind will hold, given which inputs are params: the gather index of a small one
-    (8 bytes per patch element) and weights that are a param in the GEMM's dtype."""
+    (8 bytes per patch element), weights that are a param in the GEMM's dtype, and a bias it folds."""
     n, c = plan.data[:2]
     oc, ic, kh, kw = plan.weight
     index = 8 * n * c * kh * kw * plan.out[2] * plan.out[3] if plan.small else 0
-    return index + (oc * ic * kh * kw * plan.gemm.operand_dtype.itemsize if w else 0)
+    e = plan.gemm.operand_dtype.itemsize
+    return index + (oc * ic * kh * kw * e if w else 0) + (oc * e if _conv2d_folds_bias(plan, w, b) else 0)
 
 
 def conv2d_bind(a: Conv2DAttrs, plan: ConvPlan, x: np.ndarray | None, w: np.ndarray | None,
                 b: np.ndarray | None = None) -> ConvPlan:
-    """A small one's gather index, and weights that are a param cast to the GEMM's dtype once."""
+    """A small one's gather index, weights that are a param cast to the GEMM's dtype once, and a
+    small one's bias, when a param too, in the GEMM's dtype as (G, OC/G, 1)."""
     gather = conv2d_gather_index(a, plan.data, plan.weight) if plan.small else None
-    gemm = plan.gemm if w is None else plan.gemm.bound_to(w.reshape(plan.grouped))
+    if w is None:
+        gemm = plan.gemm
+    else:
+        folded = b.reshape(*plan.grouped[:2], 1) if b is not None and _conv2d_folds_bias(plan, True, True) else None
+        gemm = plan.gemm.bound_to(w.reshape(plan.grouped), folded)
     return dataclasses.replace(plan, gemm=gemm, gather=gather)
 
 
@@ -503,7 +536,7 @@ def conv2d_kernel(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | 
     """
     if plan.gather is not None:
         y = _conv2d_small(a, x, w, plan, plan.gather)
-        if b is not None:
+        if b is not None and plan.gemm.bias is None:
             y += b[:, None, None]
         return (y,)
     n, c, h, width = x.shape
@@ -593,14 +626,17 @@ def dense_scratch(a: DenseAttrs, inputs: tuple[TensorType, ...], outputs: tuple[
 
 
 def dense_held(a: DenseAttrs, plan: GemmPlan, x: bool, w: bool, b: bool = False) -> int:
-    """What dense_bind will hold: weights that are a param, in the GEMM's dtype."""
-    return a.units * plan.k * plan.operand_dtype.itemsize if w else 0
+    """What dense_bind will hold: weights that are a param, in the GEMM's dtype, and with them a
+    bias that is a param when the GEMM folds it."""
+    e = plan.operand_dtype.itemsize
+    return (a.units * plan.k * e + (a.units * e if b and plan.folds_bias else 0)) if w else 0
 
 
 def dense_bind(a: DenseAttrs, plan: GemmPlan, x: np.ndarray | None, w: np.ndarray | None,
                b: np.ndarray | None = None) -> GemmPlan:
-    """Weights that are a param are cast to the GEMM's dtype and transposed once, not on every run."""
-    return plan if w is None else plan.bound_to(w.T)
+    """Weights that are a param are cast to the GEMM's dtype and transposed once, not on every run;
+    a bias that is a param too is added inside the GEMM when it folds it."""
+    return plan if w is None else plan.bound_to(w.T, b)
 
 
 def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
@@ -608,7 +644,7 @@ def dense_kernel(a: DenseAttrs, x: np.ndarray, w: np.ndarray, b: np.ndarray | No
     """Y = X W^T (+ B), by the GEMM path of ``plan``."""
     dtype = plan.operand_dtype
     y = exact_gemm(plan, x.astype(dtype), w.astype(dtype).T if plan.weights is None else plan.weights)
-    if b is not None:
+    if b is not None and plan.bias is None:
         y += b
     return (y,)
 
@@ -812,16 +848,17 @@ def max_pool2d_kernel(a: MaxPool2DAttrs, x: np.ndarray, *, plan: PoolPlan) -> tu
     Otherwise on the compact input (pool_compaction: only the cells windows touch, whatever the
     strides), separably: one whole-tensor maximum per window row, then per window column.
     """
-    (kh, kw), (sh, sw) = a.pool_size, a.strides
-    ph, pw = pool_padding(a)
     h, w = x.shape[2:]
     if plan.gather is not None:
         if plan.padded == (h, w):
             padded = x
         else:
+            ph, pw = pool_padding(a)
             padded = np.full((*x.shape[:2], *plan.padded), INT32_MIN, dtype=np.int32)
             padded[:, :, ph:ph + h, pw:pw + w] = x
         return (np.maximum.reduce(padded.reshape(-1).take(plan.gather), axis=0),)
+    (kh, kw), (sh, sw) = a.pool_size, a.strides
+    ph, pw = pool_padding(a)
     (step_h, rows, gather_rows), (step_w, cols, gather_cols) = plan.rows, plan.cols
     oh = pool_extent(h, kh, sh, ph, a.ceil_mode)
     ow = pool_extent(w, kw, sw, pw, a.ceil_mode)
