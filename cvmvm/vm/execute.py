@@ -290,12 +290,15 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
                 observe(k, cast(np.ndarray, env[k]))
         for run, fetch, several, output, confirm, more, dead, step in plan.steps:
             # The kernel's own arrays (an int64 result beside its int32 copy) go before the next kernel runs.
-            if observe is None and not more:
+            if not more:
                 results = run(*fetch(env)) if several else run(fetch(env))
                 if len(results) != 1:
                     raise InternalError("arity", f"kernel returned {len(results)} outputs, verified 1")
-                env[output] = confirm(results[0])
+                env[output] = value = confirm(results[0])
                 del results
+                if observe is not None:
+                    observe(output, value)
+                del value
             else:
                 _outputs(run(*fetch(env)) if several else run(fetch(env)), ((output, confirm), *more), env, observe)
             for t in dead:
