@@ -402,6 +402,8 @@ class ConvPlan:
     out: Shape                  # the output's shape
     grouped: Shape              # the weights as (G, OC/G, K)
     small: bool
+    # A small one's zero-padded input: its shape, and where the input sits in it (None: no padding).
+    padded: tuple[Shape, tuple[slice, ...]] | None = None
     gather: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -416,9 +418,12 @@ class ConvPlan:
 def conv_plan(a: Conv2DAttrs, x: Shape, w: Shape, gemm: GemmPlan, small: bool | None = None) -> ConvPlan:
     """The plan of a conv2d over these shapes on this GEMM path; ``small`` forces the gather on or
     off (tests compare the formulations), by default conv2d_small decides."""
+    small = conv2d_small(a, x, w) if small is None else small
+    (ph, pw), (n, c, h, width) = a.padding, x
+    padded = ((n, c, h + 2 * ph, width + 2 * pw), (slice(None), slice(None), slice(ph, ph + h), slice(pw, pw + width)))
     return ConvPlan(gemm, conv2d_tiling(a, x, w, gemm.operand_dtype.itemsize), x, w,
                     (x[0], w[0], *conv2d_extent(a, x[2], x[3])), (a.groups, w[0] // a.groups, w[1] * w[2] * w[3]),
-                    conv2d_small(a, x, w) if small is None else small)
+                    small, padded if small and (ph or pw) else None)
 
 
 def conv2d_plan(a: Conv2DAttrs, x: TensorType, w: TensorType, b: TensorType | None = None) -> ConvPlan:
@@ -443,13 +448,18 @@ def conv2d_held(a: Conv2DAttrs, plan: ConvPlan, x: bool, w: bool, b: bool = Fals
 def conv2d_bind(a: Conv2DAttrs, plan: ConvPlan, x: np.ndarray | None, w: np.ndarray | None,
                 b: np.ndarray | None = None) -> ConvPlan:
     """A small one's gather index, weights that are a param cast to the GEMM's dtype once, and a
-    small one's bias, when a param too, in the GEMM's dtype as (G, OC/G, 1)."""
+    small one's bias, when a param too, in the GEMM's dtype as (G, OC/G, 1).  A small one of one
+    image and one group holds them as plain matrices (K, OH*OW), (OC, K) and (OC, 1): a 2-D GEMM
+    costs less than a batched one of one matrix, and gives the same sums."""
+    grouped = plan.grouped
     gather = conv2d_gather_index(a, plan.data, plan.weight) if plan.small else None
+    if gather is not None and plan.data[0] * a.groups == 1:
+        gather, grouped = gather.reshape(gather.shape[2:]), grouped[1:]
     if w is None:
         gemm = plan.gemm
     else:
-        folded = b.reshape(*plan.grouped[:2], 1) if b is not None and _conv2d_folds_bias(plan, True, True) else None
-        gemm = plan.gemm.bound_to(w.reshape(plan.grouped), folded)
+        folded = b.reshape(*grouped[:-1], 1) if b is not None and _conv2d_folds_bias(plan, True, True) else None
+        gemm = plan.gemm.bound_to(w.reshape(grouped), folded)
     return dataclasses.replace(plan, gemm=gemm, gather=gather)
 
 
@@ -458,11 +468,10 @@ def _conv2d_small(a: Conv2DAttrs, x: np.ndarray, w: np.ndarray, plan: ConvPlan,
     """The whole convolution as one GEMM over patches gathered from a zero-padded copy of x
     in the GEMM's operand dtype (the copy is the cast)."""
     dtype = plan.gemm.operand_dtype
-    ph, pw = a.padding
-    if ph or pw:
-        n, c, h, width = x.shape
-        padded = np.zeros((n, c, h + 2 * ph, width + 2 * pw), dtype=dtype)
-        padded[:, :, ph:ph + h, pw:pw + width] = x
+    if plan.padded is not None:
+        shape, interior = plan.padded
+        padded = np.zeros(shape, dtype=dtype)
+        padded[interior] = x
     else:
         padded = x.astype(dtype)
     weights = w.reshape(plan.grouped).astype(dtype) if plan.gemm.weights is None else plan.gemm.weights
