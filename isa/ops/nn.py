@@ -403,7 +403,8 @@ class ConvPlan:
     grouped: Shape              # the weights as (G, OC/G, K)
     small: bool
     # A small one's zero-padded input: its shape, and where the input sits in it (None: no padding).
-    padded: tuple[Shape, tuple[slice, ...]] | None = None
+    # Derived from the attributes and ``data``; not compared (slices do not hash before Python 3.12).
+    padded: tuple[Shape, tuple[slice, ...]] | None = field(default=None, compare=False, repr=False)
     gather: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
