@@ -80,15 +80,16 @@ def tensor_body(value: np.ndarray, t: TensorType) -> memoryview:
     (verification and execution guarantee both); narrowing to the lane is then
     exact.  No copy when the array already is its body (4-byte lanes, row-major).
     """
-    dtype = _lane_dtype(t)
-    if channel_last(t):
-        out = np.empty((value.shape[0], value.shape[2], value.shape[3], value.shape[1]), dtype=dtype)
-        np.copyto(out, value.transpose(0, 2, 3, 1), casting="unsafe")
+    return _body(value, _lane_dtype(t), channel_last(t))
+
+
+def _body(value: np.ndarray, dtype: np.dtype, channel_last: bool) -> memoryview:
+    if channel_last:
+        out = value.transpose(0, 2, 3, 1).astype(dtype, order="C")
     elif value.dtype == dtype and value.flags.c_contiguous:  # the very bytes (a big-endian array is not)
         out = value
     else:
-        out = np.empty(value.shape, dtype=dtype)
-        np.copyto(out, value, casting="unsafe")
+        out = value.astype(dtype, order="C")
     return out.data.cast("B")
 
 
@@ -119,8 +120,12 @@ def type_bytes(t: TensorType) -> bytes:
 
 # -- trees (RFC 6962 shape) ----------------------------------------------------------------
 
+# Every leaf hash starts from this state (the prefix hashed once, copied for each leaf).
+_LEAF_STATE = hashlib.sha256(LEAF)
+
+
 def leaf_hash(data: bytes | memoryview) -> bytes:
-    h = hashlib.sha256(LEAF)
+    h = _LEAF_STATE.copy()
     h.update(data)
     return h.digest()
 
@@ -145,7 +150,17 @@ def tree_levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
 
 
 def tree_root(leaves: Sequence[bytes]) -> bytes:
-    return tree_levels(leaves)[-1][0]
+    """The root of ``tree_levels(leaves)``, in one pass that keeps no level below the one it makes."""
+    if not leaves:
+        raise ValueError("a tree has at least one leaf")
+    level = leaves
+    sha256 = hashlib.sha256
+    while len(level) > 1:
+        up = [sha256(INNER + left + right).digest() for left, right in zip(level[0::2], level[1::2])]
+        if len(level) % 2:
+            up.append(level[-1])
+        level = up
+    return level[0]
 
 
 def tree_roots(trees: Sequence[Sequence[bytes]]) -> list[bytes]:
@@ -202,13 +217,20 @@ def root_from_path(leaf: bytes, index: int, count: int, path: Sequence[bytes]) -
 # -- tensors -------------------------------------------------------------------------------------
 
 def chunk_leaves(body: memoryview) -> list[bytes]:
-    base = hashlib.sha256(LEAF)
+    """The leaf hashes of the body's chunks, straight from its buffer (slices of a memoryview copy nothing)."""
     leaves = []
     for i in range(0, max(len(body), 1), CHUNK_SIZE):
-        h = base.copy()
+        h = _LEAF_STATE.copy()
         h.update(body[i:i + CHUNK_SIZE])
         leaves.append(h.digest())
     return leaves
+
+
+def chunk_root(body: memoryview) -> bytes:
+    """The root of the body's chunk tree; a body of one chunk is its own leaf."""
+    if len(body) <= CHUNK_SIZE:
+        return leaf_hash(body)
+    return tree_root(chunk_leaves(body))
 
 
 def commitment_of(t: TensorType, chunk_root: bytes) -> bytes:
@@ -217,7 +239,42 @@ def commitment_of(t: TensorType, chunk_root: bytes) -> bytes:
 
 def tensor_commitment(value: np.ndarray, t: TensorType) -> bytes:
     """SHA-256("cvmvm/tensor/v2" || 0x00 || type || chunk root) (FORMAT.md section 2)."""
-    return commitment_of(t, tree_root(chunk_leaves(tensor_body(value, t))))
+    return commitment_of(t, chunk_root(tensor_body(value, t)))
+
+
+class Committer:
+    """Commits tensors of one type, for a caller that commits many (a traced run commits every
+    tensor of a program on every run): what the type fixes is decided once, the lane dtype, the
+    layout and the commitment's prefix, hashed once and copied for each commitment.  The
+    commitments are ``tensor_commitment``'s, byte for byte (tests/test_hashing.py)."""
+
+    def __init__(self, t: TensorType) -> None:
+        self.type = t
+        self.length = body_length(t)
+        self._lane = _lane_dtype(t)
+        self._channel_last = channel_last(t)
+        self._prefix = hashlib.sha256(TENSOR_TAG + type_bytes(t))
+
+    def body(self, value: np.ndarray) -> memoryview:
+        """``tensor_body(value, self.type)``."""
+        return _body(value, self._lane, self._channel_last)
+
+    def of_root(self, root: bytes) -> bytes:
+        """``commitment_of(self.type, root)``."""
+        h = self._prefix.copy()
+        h.update(root)
+        return h.digest()
+
+    def __call__(self, value: np.ndarray) -> bytes:
+        """``tensor_commitment(value, self.type)``."""
+        if self.length > CHUNK_SIZE:
+            return self.of_root(chunk_root(self.body(value)))
+        # One chunk: its leaf is the chunk root (the hashes read the body's buffer as it is).
+        leaf = _LEAF_STATE.copy()
+        leaf.update(self.body(value))
+        h = self._prefix.copy()
+        h.update(leaf.digest())
+        return h.digest()
 
 
 # -- program, model, run ----------------------------------------------------------------------------

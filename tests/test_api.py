@@ -15,13 +15,13 @@ from isa.errors import CvmError
 from isa.table import ISA_VERSION
 from isa.types import INT32, TensorType
 from serializer import native
-from serializer.hashing import tensor_commitment
+from serializer.hashing import tensor_commitment, trace_leaf, trace_root, tree_root
 from serializer.cortex.layout import CANONICAL_VERSION
 from serializer.model import Input
 from serializer.records import receipt as receipt_codec, stepproof, trace as trace_codec, transactions
 from cvmvm.vm.api import single_op_model
 from cvmvm.vm.batching import batch_plan
-from cvmvm.vm.trace import trace_to_json
+from cvmvm.vm.trace import make_trace, program_layout, trace_to_json
 from cvmvm.tx import receipt
 from tests.test_receipt import DIGITS, build, column_sum_model, digits_model, instr, mlp_model, pair_model
 
@@ -177,6 +177,27 @@ def same(a: cvmvm.Result, b: cvmvm.Result) -> bool:
                                                      for x, y in zip(a.outputs, b.outputs))
             and (a.ops, a.output_commitments, a.output_hash, a.peak_bytes, a.trace, a.clipping)
             == (b.ops, b.output_commitments, b.output_hash, b.peak_bytes, b.trace, b.clipping))
+
+
+def test_a_trace_commits_to_the_commitments_it_is_given(digits):
+    """make_trace reuses the program's leaves of its params only where the commitments given are
+    the program's: a trace claiming another commitment for a param (a disputed trace file) gets
+    that param's own leaf, and its entries and tree (made when asked for) say the same."""
+    program = digits.program
+    honest = digits.run({"data": IMAGES[3]}, trace=True).trace
+    for k in (1, 8):   # the first and the last param
+        claimed = list(honest.commitments)
+        claimed[k] = bytes(32)
+        trace = make_trace(program, claimed)
+        assert trace.leaves == tuple(trace_leaf(c) for c in claimed) and trace.leaves[k] != honest.leaves[k]
+        assert trace.root == trace_root(program_layout(program).root, honest.inputs, len(claimed), tree_root(trace.leaves))
+        assert trace.entries[k].commitment == bytes(32) and trace.levels[-1][0] == tree_root(trace.leaves)
+    assert make_trace(program, list(honest.commitments)) == honest
+    given = make_trace(program, list(honest.commitments), honest.root)   # a batched run's, root computed
+    assert given == honest and given.leaves == honest.leaves and given.levels == honest.levels
+    with pytest.raises(CvmError) as e:
+        make_trace(program, [*honest.commitments[:-1], None])
+    assert e.value.code == "internal.trace"
 
 
 @pytest.mark.parametrize("trace", [False, True])

@@ -187,6 +187,31 @@ def test_random_tensors_match_the_reference(n, c, h, w, precision):
     assert cm.tensor_commitment(value, t) == ref_commitment("int32", (n, c, h, w), precision, flat)
 
 
+@pytest.mark.parametrize("shape,precision", [((1, 2, 2, 3), 8), ((2, 3, 4, 5), 4), ((2, 3), 16), ((3000,), 32),
+                                             ((5000,), 8), ((1, 1, 64, 65), 8), ((4, 4), None)])
+def test_a_committer_commits_as_the_reference(shape, precision):
+    """Committer (what a traced run commits with: the type's prefix hashed once, a one-chunk body
+    its own root) gives the reference's commitment, and tensor_commitment's, for one chunk or many,
+    channel-last or not, whatever the array's byte order, layout or integer width."""
+    bound = (1 << ((precision or 32) - 1)) - 1
+    flat = [random.Random(len(shape)).randint(-bound, bound) for _ in range(int(np.prod(shape)))]
+    value = np.array(flat, dtype=np.int32).reshape(shape)
+    t = TensorType(shape, precision)
+    want = ref_commitment("int32", shape, precision, flat)
+    committer = cm.Committer(t)
+    for form in (value, value.astype(">i4"), np.asfortranarray(value), value.astype(np.int64), value[..., ::-1][..., ::-1]):
+        assert committer(form) == cm.tensor_commitment(form, t) == want
+    assert committer.of_root(cm.chunk_root(committer.body(value))) == want
+    assert bytes(committer.body(value)) == bytes(cm.tensor_body(value, t)) == ref_body("int32", shape, precision, flat)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int64", "float16", "float32", "float64"])
+def test_a_committer_of_every_dtype(dtype):
+    value = np.arange(-700, 2300, dtype=np.int64).astype(dtype).reshape(2, 3, 500)   # several chunks at 8 bytes
+    t = TensorType(value.shape, None, dtype)
+    assert cm.Committer(t)(value) == cm.commitment_of(t, cm.tree_root(cm.chunk_leaves(cm.tensor_body(value, t))))
+
+
 # -- trees -------------------------------------------------------------------------------------
 
 def test_tree_and_paths_match_rfc_6962_for_every_size_to_70():
@@ -194,7 +219,7 @@ def test_tree_and_paths_match_rfc_6962_for_every_size_to_70():
     for n in range(1, 71):
         leaves = [rnd.randbytes(32) for _ in range(n)]
         levels = cm.tree_levels(leaves)
-        assert levels[-1][0] == ref_tree(leaves)
+        assert levels[-1][0] == ref_tree(leaves) == cm.tree_root(leaves)   # tree_root: one pass, no levels
         for i in range(n):
             path = cm.audit_path(levels, i)
             assert path == ref_path(leaves, i)

@@ -13,7 +13,7 @@ from isa.errors import CvmError, InputError, InvalidError, LimitError, UsageErro
 from isa.table import OP_BY_NAME
 from isa.types import INT32, MAX_DIM, MAX_PRECISION, MIN_PRECISION, TensorType, bitlen, precision_bound, vm_dtype
 from serializer import cortex, kinds, native
-from serializer.hashing import model_hash, outputs_hash, tensor_commitment
+from serializer.hashing import Committer, model_hash, outputs_hash
 from serializer.limits import MAX_GRAPH_JSON_BYTES, MAX_PARAMS_BYTES
 from cvmvm import files
 from cvmvm.vm.batching import Batch
@@ -82,6 +82,7 @@ class Model:
         self._hash: bytes | None = None
         self._batch: Batch | None = None
         self._peak: int | None = None
+        self._output_committers = tuple(Committer(t) for t in program.output_types)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {_type_text(t)}" for n, t in self.inputs.items())
@@ -198,7 +199,7 @@ class Model:
         if tracer is not None:
             commitments = tuple(tracer.commitments[t] for t in self.program.model.outputs)
         else:
-            commitments = tuple(tensor_commitment(v, t) for v, t in zip(outputs, self.program.output_types))
+            commitments = tuple(commit(v) for commit, v in zip(self._output_committers, outputs))
         return Result(outputs, self.program.ops, commitments, outputs_hash(commitments), peak,
                       tracer.trace() if tracer is not None else None, self._result_scales(), tuple(clipped),
                       tuple(kept) if keep else None)
@@ -231,7 +232,7 @@ class Model:
             if isinstance(run, CvmError):
                 raise type(run)(run.reason, f"feeds[{k}]: {run.message}")
             results.append(Result(list(run.outputs or ()), run.ops, tuple(run.commitments[t] for t in heads),
-                                  run.output_hash, peak, make_trace(self.program, run.commitments) if trace else None,
+                                  run.output_hash, peak, make_trace(self.program, run.commitments, run.trace_root) if trace else None,
                                   self._result_scales(), clipping))
         return results
 

@@ -28,8 +28,8 @@ from isa.errors import CvmError, InputError
 from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
-from serializer.hashing import (chunk_leaves, commitment_of, input_commitment, outputs_hash, tensor_body,
-                                tensor_commitment, trace_leaf, trace_root, tree_root, tree_roots)
+from serializer.hashing import (Committer, chunk_root, input_commitment, outputs_hash, tensor_body, trace_leaf,
+                                trace_root, tree_roots)
 from serializer.model import Input, Model as ModelIR
 from cvmvm.vm.execute import execute, prepare_inputs
 from cvmvm.vm.trace import Tracer, program_layout
@@ -190,12 +190,13 @@ class TracedRun:
     outputs: tuple[np.ndarray, ...] | None = None  # the outputs in head order, when asked for
 
 
-def _row_commitments(value: np.ndarray, t: TensorType, count: int) -> list[bytes]:
-    """The commitment of each of ``count`` equal row blocks of ``value`` (each of type ``t``).
-    Stacking along axis 0 keeps each item's committed body contiguous, in either order."""
+def _row_commitments(value: np.ndarray, committer: Committer, count: int) -> list[bytes]:
+    """The commitment of each of ``count`` equal row blocks of ``value`` (each of the committer's
+    type).  Stacking along axis 0 keeps each item's committed body contiguous, in either order."""
+    t = committer.type
     body = tensor_body(value, dataclasses.replace(t, shape=(t.shape[0] * count, *t.shape[1:])))
     size = len(body) // count
-    return [commitment_of(t, tree_root(chunk_leaves(body[i * size:(i + 1) * size]))) for i in range(count)]
+    return [committer.of_root(chunk_root(body[i * size:(i + 1) * size])) for i in range(count)]
 
 
 def prepare_feeds(program: Program, inputs: Mapping[str, object] | Iterable[tuple[str, object]]) -> list[np.ndarray]:
@@ -277,9 +278,9 @@ def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program, columns:
         if first_param <= t < first_param + len(params):
             commitments[t] = [params[t - first_param]] * count
         elif plan[t]:
-            commitments[t] = _row_commitments(value, program.types[t], count)
+            commitments[t] = _row_commitments(value, layout.committers[t], count)
         else:
-            commitments[t] = [tensor_commitment(value, program.types[t])] * count
+            commitments[t] = [layout.committers[t](value)] * count
 
     values, _ = execute(big, stacked_inputs, observe)
     heads = program.model.outputs

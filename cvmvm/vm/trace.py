@@ -25,15 +25,17 @@ import threading
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Sequence
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Sequence, cast
 
 import numpy as np
 
 from isa.errors import InternalError
-from serializer.hashing import (CHUNK_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, audit_path, chunk_leaves, commitment_of,
-                                input_commitment, leaf_hash, program_root, tensor_body, tensor_commitment, trace_leaf,
-                                trace_root, tree_levels, tree_root)
+from isa.types import TensorType
+from serializer.hashing import (CHUNK_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, Committer, TraceEntry, audit_path,
+                                chunk_leaves, chunk_root, input_commitment, leaf_hash, program_root, trace_leaf, trace_root,
+                                tree_levels, tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.records.trace import entry_to_json, trace_doc
 from cvmvm.vm.verify import Program
@@ -50,8 +52,10 @@ class ProgramLayout:
     records: tuple[bytes, ...]                   # inputs, params, instructions, heads
     levels: list[list[bytes]]                    # the records' tree
     dying: dict[int, frozenset[int]]             # the tensors execution frees once this one is made
+    committers: tuple[Committer, ...]            # by tensor id (one per type)
+    param_leaves: tuple[bytes, ...]              # the params' trace leaves
 
-    @property
+    @functools.cached_property
     def root(self) -> bytes:
         return program_root(self.counts, self.levels[-1][0])
 
@@ -72,7 +76,9 @@ def _layout(program: Program) -> ProgramLayout:
     for step in program.steps:
         positions += [(INSTR, step.index, j) for j in range(len(step.outputs))]
         labels += [(step.op.name, step.name)] * len(step.outputs)
-    params = tuple(tensor_commitment(p.value, p.type) for p in model.params)
+    by_type: dict[TensorType, Committer] = {}
+    committers = tuple(by_type[t] if t in by_type else by_type.setdefault(t, Committer(t)) for t in types)
+    params = tuple(committers[n_in + k](p.value) for k, p in enumerate(model.params))
     records = [input_record(k, v.type) for k, v in enumerate(model.inputs)]
     records += [param_record(n_in + j, c) for j, c in enumerate(params)]
     records += [instr_record(s.index, s.op.name, [(t, types[t]) for t in s.inputs], [(t, types[t]) for t in s.outputs],
@@ -82,7 +88,8 @@ def _layout(program: Program) -> ProgramLayout:
     # The last output of step i is the tensor after which execution frees free_after[i].
     dying = {s.outputs[-1]: frozenset(program.free_after[s.index]) for s in program.steps}
     return ProgramLayout(tuple(positions), tuple(labels), params, counts, tuple(records),
-                         tree_levels([leaf_hash(r) for r in records]), dying)
+                         tree_levels([leaf_hash(r) for r in records]), dying, committers,
+                         tuple(trace_leaf(c) for c in params))
 
 
 # By id(program), dropped when the program is.
@@ -136,32 +143,59 @@ def tensor_name(program: Program, tensor: int) -> str:
 
 @dataclass(frozen=True)
 class Trace:
-    entries: tuple[Entry, ...]        # by tensor id
-    levels: list[list[bytes]]         # the trace tree over the entries' leaves
+    """A run's trace: every tensor's commitment, the input commitment and the trace root.  Its
+    leaves, entries and tree levels are made when first asked for: most runs need only the root."""
+
+    commitments: tuple[bytes, ...]    # by tensor id
     inputs: bytes                     # the input commitment
     root: bytes                       # the trace root
+    program: Program = field(compare=False, repr=False)
 
-    @property
-    def commitments(self) -> tuple[bytes, ...]:
-        return tuple(e.commitment for e in self.entries)
+    @functools.cached_property
+    def leaves(self) -> tuple[bytes, ...]:
+        """The trace tree's leaves: trace_leaf of each commitment, by tensor id."""
+        return _leaves(program_layout(self.program), self.commitments)
+
+    @functools.cached_property
+    def entries(self) -> tuple[Entry, ...]:
+        """By tensor id."""
+        layout = program_layout(self.program)
+        types = self.program.types
+        return tuple(Entry(*layout.positions[t], t, types[t].precision, c, *layout.labels[t], types[t].dtype,
+                           types[t].shape) for t, c in enumerate(self.commitments))
+
+    @functools.cached_property
+    def levels(self) -> list[list[bytes]]:
+        """The trace tree over the leaves."""
+        return tree_levels(self.leaves)
 
     def path(self, tensor: int) -> list[bytes]:
         return audit_path(self.levels, tensor)
 
 
-def make_trace(program: Program, commitments: Sequence[bytes | None]) -> Trace:
-    """The trace of a run whose tensors have these commitments (by tensor id)."""
+def _leaves(layout: ProgramLayout, commitments: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    start, stop = layout.counts[0], layout.counts[0] + layout.counts[1]
+    # A param's leaf is the program's, unless the trace gives the param another commitment.
+    params = tuple(leaf if c == p else trace_leaf(c)
+                   for c, p, leaf in zip(commitments[start:stop], layout.params, layout.param_leaves))
+    return (*map(trace_leaf, commitments[:start]), *params, *map(trace_leaf, commitments[stop:]))
+
+
+def make_trace(program: Program, commitments: Sequence[bytes | None], root: bytes | None = None) -> Trace:
+    """The trace of a run whose tensors have these commitments (by tensor id).  ``root``: its
+    trace root, when the caller computed it already (a batched run computes every item's at once)."""
     layout = program_layout(program)
-    types = program.types
-    known = [c for c in commitments if c is not None]
-    if len(known) != len(types):
-        raise InternalError("trace", f"{len(types) - len(known)} tensors of the run were never committed")
-    entries = tuple(Entry(*layout.positions[t], t, types[t].precision, c, *layout.labels[t], types[t].dtype,
-                          types[t].shape) for t, c in enumerate(known))
-    commitments = known
-    levels = tree_levels([trace_leaf(c) for c in commitments])
-    inputs = input_commitment(commitments[:layout.counts[0]])
-    return Trace(entries, levels, inputs, trace_root(layout.root, inputs, len(commitments), levels[-1][0]))
+    if len(commitments) != len(program.types) or None in commitments:
+        missing = len(program.types) - sum(c is not None for c in commitments)
+        raise InternalError("trace", f"{missing} tensors of the run were never committed")
+    known = cast("tuple[bytes, ...]", tuple(commitments))
+    inputs = input_commitment(known[:layout.counts[0]])
+    if root is not None:
+        return Trace(known, inputs, root, program)
+    leaves = _leaves(layout, known)
+    trace = Trace(known, inputs, trace_root(layout.root, inputs, len(known), tree_root(leaves)), program)
+    trace.__dict__["leaves"] = leaves   # what the root was computed from, kept for paths
+    return trace
 
 
 # A hashing task: the root of this many chunks (1 MiB).  A power of two, so that
@@ -191,43 +225,51 @@ def _block_root(body: memoryview) -> bytes:
     return tree_root(chunk_leaves(body))
 
 
+
+
 class Tracer:
     """An execution observer that commits each tensor once, as it is produced."""
 
     def __init__(self, program: Program) -> None:
         self.program = program
-        self.layout = program_layout(program)
+        self.layout = layout = program_layout(program)
         self._commitments: list[bytes | None] = [None] * len(program.types)
         self._pending: deque[tuple[int, int, list[Future[bytes]]]] = deque()  # (tensor, bytes, block roots)
         self._backlog = 0
         self._first_param = len(program.model.inputs)
+        self._params = tuple(p.value for p in program.model.params)
+        self._committers = layout.committers
+        self._dying = layout.dying
 
     def __call__(self, tensor: int, value: np.ndarray) -> None:
         k = tensor - self._first_param
-        params = self.program.model.params
-        if 0 <= k < len(params) and value is params[k].value and not value.flags.writeable:
+        if 0 <= k < len(self._params) and value is self._params[k] and not value.flags.writeable:
             self._commitments[tensor] = self.layout.params[k]
+            return
+        committer = self._committers[tensor]
+        if not self._pending and committer.length <= CHUNK_SIZE:
+            # Most tensors of a small model: one chunk, nothing in flight to wait for.
+            self._commitments[tensor] = committer(value)
             return
         while self._pending and all(f.done() for f in self._pending[0][2]):
             self._collect()
-        t = self.program.types[tensor]
-        body = tensor_body(value, t)
+        body = committer.body(value)
         size = len(body)
-        dying = self.layout.dying.get(tensor, frozenset())
         if size < BACKGROUND_MIN_BYTES or (self._backlog and self._backlog + size > MAX_BACKLOG_BYTES):
-            self._commitments[tensor] = commitment_of(t, tree_root(chunk_leaves(body)))
+            self._commitments[tensor] = committer.of_root(chunk_root(body))
         else:
             pool = _hashers()
             blocks = [pool.submit(_block_root, body[i:i + BLOCK_BYTES]) for i in range(0, size, BLOCK_BYTES)]
             self._pending.append((tensor, size, blocks))
             self._backlog += size
         # Execution frees these as soon as this call returns (this one too, when nothing reads it).
+        dying = self._dying.get(tensor)
         while dying and any(p[0] in dying for p in self._pending):
             self._collect()
 
     def _collect(self) -> None:
         tensor, size, blocks = self._pending.popleft()
-        self._commitments[tensor] = commitment_of(self.program.types[tensor], tree_root([f.result() for f in blocks]))
+        self._commitments[tensor] = self._committers[tensor].of_root(tree_root([f.result() for f in blocks]))
         self._backlog -= size
 
     @property
