@@ -158,7 +158,10 @@ CONCATENATE = OpDef("concatenate", ConcatenateAttrs, concatenate_inputs, ("outpu
 @dataclass(frozen=True)
 class ExpandDimsAttrs:
     axis: int = attr(INT, ANY_INT32)  # no default: required in Cortex too
-    num_newaxis: int = attr(INT, between(0, MAX_ATTR - 1), 1)
+    # At least 1, as every version of the runtime's ExpandDimsParam declares (set_lower_bound(1)):
+    # the runtime refuses 0 when it parses the graph, on both devices; the formalization's 0 is not
+    # what the chain runs (docs/PARITY.md).
+    num_newaxis: int = attr(INT, between(1, MAX_ATTR - 1), 1)
 
 
 def expanded_shape(a: ExpandDimsAttrs, shape: Shape) -> Shape:
