@@ -15,8 +15,6 @@ _PATH = Path(__file__).resolve().parent.parent / "fixtures" / "generate.py"
 
 
 def _load():
-    if "generate" in sys.modules:
-        return sys.modules["generate"]
     spec = importlib.util.spec_from_file_location("generate", _PATH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

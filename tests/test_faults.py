@@ -76,12 +76,12 @@ class _Moments:
         self.durations = [full]
         self.rng = random.Random(seed)
 
-    def draw(self) -> float:
-        return self.rng.uniform(0, 1.2 * statistics.median(self.durations[-5:]))
-
-    def ran(self, code: int, took: float) -> None:
+    def run(self, argv: list[str]) -> int:
+        """``argv`` in a child killed at a drawn moment; its exit status (-9 when killed)."""
+        code, took = _child(argv, self.rng.uniform(0, 1.2 * statistics.median(self.durations[-5:])))
         if code == 0:
             self.durations.append(took)
+        return code
 
 
 def _own_temps(directory: Path) -> list[str]:
@@ -112,8 +112,7 @@ def test_kill_9_during_store_add(tmp_path):
             target.write_bytes(CORRUPT)
         else:
             target.unlink(missing_ok=True)
-        code, took = _child(["store", "add", str(store), str(tmp_path / f"m{k}.cvm")], moments.draw())
-        moments.ran(code, took)
+        code = moments.run(["store", "add", str(store), str(tmp_path / f"m{k}.cvm")])
         killed += code == -signal.SIGKILL
         for p in store.iterdir():
             if files.is_own_temp(p.name):
@@ -162,8 +161,7 @@ def test_kill_9_during_run_with_every_output(tmp_path):
         if outcomes["killed"] == ROUNDS:
             break
         new = "a" if now == "b" else "b"
-        code, took = _child(argv(new), moments.draw())
-        moments.ran(code, took)
+        code = moments.run(argv(new))
         outcomes["killed"] += code == -signal.SIGKILL
         seen = _outputs(out)
         for name, data in seen.items():   # every final name: a whole old or a whole new file
