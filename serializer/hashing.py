@@ -1,10 +1,11 @@
-"""Every hash of commitment format 2 (docs/FORMAT.md sections 1.3 and 2-5): chunked
+"""Every hash of commitment format 3 (docs/FORMAT.md sections 1.3 and 2-5): chunked
 tensor commitments, Merkle trees and audit paths, the program root, the model hash,
 the input commitment, the trace root and the output hash.
 
 Everything a contract opens is here, byte for byte: the committed body of a
 tensor (lanes by precision, channel-last for rank-4 tensors in 1-byte lanes),
-its 4096-byte chunks and their RFC 6962 tree.  The program records themselves
+its chunks (256 bytes for a body of at most 4096 bytes, else 4096) and their
+RFC 6962 tree.  The program records themselves
 are serializer.records.program.  SHA-256 throughout; every preimage starts with
 its own domain tag or tree prefix, and known-answer tests recompute each one
 (tests/test_hashing.py).
@@ -21,17 +22,18 @@ import numpy as np
 
 from isa.types import DTYPES, INT32, WIRE_DTYPES, TensorType
 
-CHUNK_SIZE = 4096
+CHUNK_SIZE = 4096        # the chunks of a body longer than this
+SMALL_CHUNK_SIZE = 256   # the chunks of a body of at most CHUNK_SIZE bytes
 HASH_SIZE = 32
 LEAF = b"\x00"
 INNER = b"\x01"
 
-TENSOR_TAG = b"cvmvm/tensor/v2\x00"
-PROGRAM_TAG = b"cvmvm/program/v2\x00"
-MODEL_TAG = b"cvmvm/model/v2\x00"
-INPUTS_TAG = b"cvmvm/inputs/v2\x00"
-TRACE_TAG = b"cvmvm/trace/v2\x00"
-OUTPUTS_TAG = b"cvmvm/outputs/v2\x00"
+TENSOR_TAG = b"cvmvm/tensor/v3\x00"
+PROGRAM_TAG = b"cvmvm/program/v3\x00"
+MODEL_TAG = b"cvmvm/model/v3\x00"
+INPUTS_TAG = b"cvmvm/inputs/v3\x00"
+TRACE_TAG = b"cvmvm/trace/v3\x00"
+OUTPUTS_TAG = b"cvmvm/outputs/v3\x00"
 
 # Wire codes of the dtypes, fixed forever.
 DTYPE_CODES: dict[str, int] = {"int8": 1, "uint8": 2, "int32": 3, "int64": 4,
@@ -63,8 +65,15 @@ def body_length(t: TensorType) -> int:
     return t.size * lane_width(t)
 
 
+def chunk_size(length: int) -> int:
+    """The chunk size of a body of ``length`` bytes: a body that one large chunk would hold is
+    cut into small ones, so an element proof of a small tensor carries a small part of it."""
+    return SMALL_CHUNK_SIZE if length <= CHUNK_SIZE else CHUNK_SIZE
+
+
 def chunk_count(t: TensorType) -> int:
-    return max(1, -(-body_length(t) // CHUNK_SIZE))
+    length = body_length(t)
+    return -(-length // chunk_size(length))
 
 
 def _lane_dtype(t: TensorType) -> np.dtype:
@@ -120,8 +129,10 @@ def type_bytes(t: TensorType) -> bytes:
 
 # -- trees (RFC 6962 shape) ----------------------------------------------------------------
 
-# Every leaf hash starts from this state (the prefix hashed once, copied for each leaf).
+# Every leaf and inner hash starts from one of these states (the prefix hashed once, the state
+# copied for each node: cheaper than a new hash object over a concatenation).
 _LEAF_STATE = hashlib.sha256(LEAF)
+_INNER_STATE = hashlib.sha256(INNER)
 
 
 def leaf_hash(data: bytes | memoryview) -> bytes:
@@ -131,7 +142,10 @@ def leaf_hash(data: bytes | memoryview) -> bytes:
 
 
 def inner_hash(left: bytes, right: bytes) -> bytes:
-    return hashlib.sha256(INNER + left + right).digest()
+    h = _INNER_STATE.copy()
+    h.update(left)
+    h.update(right)
+    return h.digest()
 
 
 def tree_levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
@@ -154,9 +168,14 @@ def tree_root(leaves: Sequence[bytes]) -> bytes:
     if not leaves:
         raise ValueError("a tree has at least one leaf")
     level = leaves
-    sha256 = hashlib.sha256
+    copy = _INNER_STATE.copy
     while len(level) > 1:
-        up = [sha256(INNER + left + right).digest() for left, right in zip(level[0::2], level[1::2])]
+        up = []
+        for i in range(1, len(level), 2):
+            h = copy()
+            h.update(level[i - 1])
+            h.update(level[i])
+            up.append(h.digest())
         if len(level) % 2:
             up.append(level[-1])
         level = up
@@ -172,8 +191,7 @@ def tree_roots(trees: Sequence[Sequence[bytes]]) -> list[bytes]:
         raise ValueError("a tree has at least one leaf")
     level = [list(column) for column in trees]
     while len(level) > 1:
-        paired = [[hashlib.sha256(INNER + a + b).digest() for a, b in zip(left, right)]
-                  for left, right in zip(level[0::2], level[1::2])]
+        paired = [[inner_hash(a, b) for a, b in zip(left, right)] for left, right in zip(level[0::2], level[1::2])]
         if len(level) % 2:
             paired.append(level[-1])
         level = paired
@@ -216,21 +234,25 @@ def root_from_path(leaf: bytes, index: int, count: int, path: Sequence[bytes]) -
 
 # -- tensors -------------------------------------------------------------------------------------
 
-def chunk_leaves(body: memoryview) -> list[bytes]:
-    """The leaf hashes of the body's chunks, straight from its buffer (slices of a memoryview copy nothing)."""
+def chunk_leaves(body: memoryview, size: int) -> list[bytes]:
+    """The leaf hashes of ``size``-byte chunks of the body, straight from its buffer (slices of a
+    memoryview copy nothing).  ``size`` is the tensor's (``chunk_size`` of its whole body): a part
+    of a body, a block of its chunks, is cut as the whole is."""
     leaves = []
-    for i in range(0, max(len(body), 1), CHUNK_SIZE):
-        h = _LEAF_STATE.copy()
-        h.update(body[i:i + CHUNK_SIZE])
+    copy = _LEAF_STATE.copy
+    for i in range(0, len(body), size):
+        h = copy()
+        h.update(body[i:i + size])
         leaves.append(h.digest())
     return leaves
 
 
 def chunk_root(body: memoryview) -> bytes:
-    """The root of the body's chunk tree; a body of one chunk is its own leaf."""
-    if len(body) <= CHUNK_SIZE:
+    """The root of a tensor's chunk tree, from its whole body; a body of one chunk is its own leaf."""
+    size = chunk_size(len(body))
+    if len(body) <= size:
         return leaf_hash(body)
-    return tree_root(chunk_leaves(body))
+    return tree_root(chunk_leaves(body, size))
 
 
 def commitment_of(t: TensorType, chunk_root: bytes) -> bytes:
@@ -238,19 +260,20 @@ def commitment_of(t: TensorType, chunk_root: bytes) -> bytes:
 
 
 def tensor_commitment(value: np.ndarray, t: TensorType) -> bytes:
-    """SHA-256("cvmvm/tensor/v2" || 0x00 || type || chunk root) (FORMAT.md section 2)."""
+    """SHA-256("cvmvm/tensor/v3" || 0x00 || type || chunk root) (FORMAT.md section 2)."""
     return commitment_of(t, chunk_root(tensor_body(value, t)))
 
 
 class Committer:
     """Commits tensors of one type, for a caller that commits many (a traced run commits every
     tensor of a program on every run): what the type fixes is decided once, the lane dtype, the
-    layout and the commitment's prefix, hashed once and copied for each commitment.  The
-    commitments are ``tensor_commitment``'s, byte for byte (tests/test_hashing.py)."""
+    layout, the chunk size and the commitment's prefix, hashed once and copied for each
+    commitment.  The commitments are ``tensor_commitment``'s, byte for byte (tests/test_hashing.py)."""
 
     def __init__(self, t: TensorType) -> None:
         self.type = t
         self.length = body_length(t)
+        self.chunk = chunk_size(self.length)
         self._lane = _lane_dtype(t)
         self._channel_last = channel_last(t)
         self._prefix = hashlib.sha256(TENSOR_TAG + type_bytes(t))
@@ -267,20 +290,23 @@ class Committer:
 
     def __call__(self, value: np.ndarray) -> bytes:
         """``tensor_commitment(value, self.type)``."""
-        if self.length > CHUNK_SIZE:
-            return self.of_root(chunk_root(self.body(value)))
-        # One chunk: its leaf is the chunk root (the hashes read the body's buffer as it is).
-        leaf = _LEAF_STATE.copy()
-        leaf.update(self.body(value))
+        body = self.body(value)
+        if self.length <= self.chunk:
+            # One chunk: its leaf is the chunk root (the hash reads the body's buffer as it is).
+            leaf = _LEAF_STATE.copy()
+            leaf.update(body)
+            root = leaf.digest()
+        else:
+            root = tree_root(chunk_leaves(body, self.chunk))
         h = self._prefix.copy()
-        h.update(leaf.digest())
+        h.update(root)
         return h.digest()
 
 
 # -- program, model, run ----------------------------------------------------------------------------
 
 def program_root(counts: Sequence[int], tree: bytes) -> bytes:
-    """SHA-256("cvmvm/program/v2" || 0x00 || u32le I, P, N, H, T || record tree root)."""
+    """SHA-256("cvmvm/program/v3" || 0x00 || u32le I, P, N, H, T || record tree root)."""
     return hashlib.sha256(PROGRAM_TAG + struct.pack("<5I", *counts) + tree).digest()
 
 
@@ -289,10 +315,6 @@ def model_hash(program_root_: bytes, canonical: bytes) -> bytes:
 
 
 # -- runs --------------------------------------------------------------------------------------------
-
-def trace_leaf(commitment: bytes) -> bytes:
-    return hashlib.sha256(LEAF + commitment).digest()
-
 
 def input_commitment(commitments: Sequence[bytes]) -> bytes:
     return hashlib.sha256(INPUTS_TAG + struct.pack("<I", len(commitments)) + b"".join(commitments)).digest()
@@ -308,7 +330,8 @@ def outputs_hash(commitments: Sequence[bytes]) -> bytes:
 
 @dataclass(frozen=True)
 class TraceEntry:
-    """Trace leaf ``tensor``: where the tensor comes from, and its commitment."""
+    """Trace leaf ``tensor`` (the leaf is the commitment itself): where the tensor comes from, and
+    its commitment."""
 
     kind: int      # INPUT, PARAM or INSTR
     index: int     # input index, param index, or instruction index
@@ -316,7 +339,3 @@ class TraceEntry:
     tensor: int
     precision: int | None
     commitment: bytes
-
-    @property
-    def leaf(self) -> bytes:
-        return trace_leaf(self.commitment)

@@ -1,4 +1,4 @@
-"""Shared by the chain tests: runs committed as format 2 (honest, or with one element
+"""Shared by the chain tests: runs committed as format 3 (honest, or with one element
 changed and every root recomputed consistently), their element proofs, and the verifier
 contract deployed in py-evm through titanoboa (the `chain` extra)."""
 

@@ -313,7 +313,7 @@ def reroot_trace(data: bytes, how: int) -> bytes:
     """What a dishonest node would write: the trace's program root (how 2), input commitment and
     root (how 1, 2) recomputed from whatever its entries now say; unchanged when it no longer
     parses."""
-    from serializer.hashing import input_commitment, trace_leaf, trace_root, tree_root
+    from serializer.hashing import input_commitment, trace_root, tree_root
     from serializer.records import trace as codec
     try:
         doc = json.loads(data)
@@ -324,7 +324,7 @@ def reroot_trace(data: bytes, how: int) -> bytes:
         inputs = input_commitment([c for c, e in zip(commitments, doc["entries"]) if e["kind"] == "input"])
         doc["input_commitment"] = inputs.hex()
         doc["root"] = trace_root(bytes.fromhex(doc["program_root"]), inputs, len(commitments),
-                                 tree_root([trace_leaf(c) for c in commitments])).hex()
+                                 tree_root(commitments)).hex()
         return codec.trace_bytes(doc)
     except Exception:   # whatever no longer has a trace's shape stays as the mutations left it
         return data

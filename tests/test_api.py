@@ -15,7 +15,7 @@ from isa.errors import CvmError
 from isa.table import ISA_VERSION
 from isa.types import INT32, TensorType
 from serializer import native
-from serializer.hashing import tensor_commitment, trace_leaf, trace_root, tree_root
+from serializer.hashing import tensor_commitment, trace_root, tree_root
 from serializer.cortex.layout import CANONICAL_VERSION
 from serializer.model import Input
 from serializer.records import receipt as receipt_codec, stepproof, trace as trace_codec, transactions
@@ -180,21 +180,22 @@ def same(a: cvmvm.Result, b: cvmvm.Result) -> bool:
 
 
 def test_a_trace_commits_to_the_commitments_it_is_given(digits):
-    """make_trace reuses the program's leaves of its params only where the commitments given are
-    the program's: a trace claiming another commitment for a param (a disputed trace file) gets
-    that param's own leaf, and its entries and tree (made when asked for) say the same."""
+    """A trace's leaves are the commitments it is given: a trace claiming another commitment for
+    a param (a disputed trace file) has that leaf, and its entries and tree (made when asked for)
+    say the same."""
     program = digits.program
     honest = digits.run({"data": IMAGES[3]}, trace=True).trace
     for k in (1, 8):   # the first and the last param
         claimed = list(honest.commitments)
         claimed[k] = bytes(32)
         trace = make_trace(program, claimed)
-        assert trace.leaves == tuple(trace_leaf(c) for c in claimed) and trace.leaves[k] != honest.leaves[k]
-        assert trace.root == trace_root(program_layout(program).root, honest.inputs, len(claimed), tree_root(trace.leaves))
-        assert trace.entries[k].commitment == bytes(32) and trace.levels[-1][0] == tree_root(trace.leaves)
+        assert trace.commitments == tuple(claimed) and trace.levels[0] == claimed
+        assert trace.root == trace_root(program_layout(program).root, honest.inputs, len(claimed), tree_root(claimed))
+        assert trace.entries[k].commitment == bytes(32) and trace.levels[-1][0] == tree_root(claimed)
+        assert trace.path(k ^ 1)[0] == bytes(32)   # the claimed commitment is its sibling's first path node
     assert make_trace(program, list(honest.commitments)) == honest
     given = make_trace(program, list(honest.commitments), honest.root)   # a batched run's, root computed
-    assert given == honest and given.leaves == honest.leaves and given.levels == honest.levels
+    assert given == honest and given.levels == honest.levels
     with pytest.raises(CvmError) as e:
         make_trace(program, [*honest.commitments[:-1], None])
     assert e.value.code == "internal.trace"

@@ -99,9 +99,11 @@ def test_dishonest_perf_large_refuted_at_its_largest_conv(verifier):
     assert check(verifier, bad, bad.calldata(conv.index, index)) is None
 
 
-def test_every_flipped_byte_of_a_fraud_proof_reverts(verifier, digits_run):
-    """The proof of a wrong element refutes; the same proof with any one byte changed does not."""
-    step = 11                                   # a cvm_right_shift: the shortest digits proof
+@pytest.mark.parametrize("step", [11, 4])
+def test_every_flipped_byte_of_a_fraud_proof_reverts(verifier, digits_run, step):
+    """The proof of a wrong element refutes; the same proof with any one byte changed does not.
+    Step 11 is a cvm_right_shift (the shortest digits proof), step 4 a broadcast_mul by a param
+    (whose commitment its record carries)."""
     bad = digits_run.changed(step, 5)
     proof = bad.calldata(step, 5)
     assert check(verifier, bad, proof) is None
@@ -177,6 +179,16 @@ def test_revert_reasons(verifier, digits_run):
     assert verifier(replace(ok, operands=(bare, *ok.operands[1:])), run.roots) == "proof: chunk missing"
     wrong_path = dataclasses.replace(first, path=(b"\1" * 32, *first.path[1:]))
     assert verifier(replace(ok, operands=(wrong_path, *ok.operands[1:])), run.roots) == "operand not included"
+    # The weight is a param: its commitment is in the record, so it has no path, and its chunks
+    # must give exactly that commitment.
+    weight = ok.operands[1]
+    assert run.program.steps[6].inputs[1] == 4 and weight.path == ()
+    with_path = dataclasses.replace(weight, path=(b"\1" * 32,))
+    assert verifier(replace(ok, operands=(first, with_path, ok.operands[2])), run.roots) == "operand not included"
+    c = weight.chunks[-1]
+    altered = dataclasses.replace(weight, chunks=(*weight.chunks[:-1], Chunk(c.index, bytes([c.data[0] ^ 1]) + c.data[1:],
+                                                                              c.path)))
+    assert verifier(replace(ok, operands=(first, altered, ok.operands[2])), run.roots) == "operand not included"
     assert verifier(good, (b"\1" * 32, inputs, trace)) == "instruction not in program"
     assert verifier(good, (root, b"\1" * 32, trace)) == "inputs not committed"
     assert verifier(good, (root, inputs, b"\1" * 32)) == "trace root mismatch"

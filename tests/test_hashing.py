@@ -1,4 +1,4 @@
-"""Known answers for every hash of commitment format 2 (docs/FORMAT.md sections 1.3 and 2-5).
+"""Known answers for every hash of commitment format 3 (docs/FORMAT.md sections 1.3 and 2-5).
 
 Every expected value is computed here from the FORMAT.md text with hashlib and
 struct alone (the ``ref_*`` functions), never by calling the code under test,
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isa.ops.elemwise import RightShiftAttrs
+from isa.ops.elemwise import NoAttrs, RightShiftAttrs
 from isa.types import TensorType
 from serializer import hashing as cm
 from serializer.records import program as records
@@ -73,11 +73,19 @@ def ref_type(dtype: str, shape: tuple[int, ...], precision: int | None) -> bytes
     return bytes([CODES[dtype], precision or 0, len(shape)]) + b"".join(struct.pack("<I", d) for d in shape)
 
 
+def ref_chunks(body: bytes) -> list[bytes]:
+    """256-byte chunks for a body of at most 4096 bytes, else 4096-byte ones; the last may be short."""
+    size = 256 if len(body) <= 4096 else 4096
+    return [body[i:i + size] for i in range(0, len(body), size)]
+
+
+def ref_commitment_of_body(dtype: str, shape: tuple[int, ...], precision: int | None, body: bytes) -> bytes:
+    root = ref_tree([sha(b"\x00" + c) for c in ref_chunks(body)])
+    return sha(b"cvmvm/tensor/v3\x00" + ref_type(dtype, shape, precision) + root)
+
+
 def ref_commitment(dtype: str, shape: tuple[int, ...], precision: int | None, flat: list[int]) -> bytes:
-    body = ref_body(dtype, shape, precision, flat)
-    chunks = [body[i:i + 4096] for i in range(0, len(body), 4096)]
-    root = ref_tree([sha(b"\x00" + c) for c in chunks])
-    return sha(b"cvmvm/tensor/v2\x00" + ref_type(dtype, shape, precision) + root)
+    return ref_commitment_of_body(dtype, shape, precision, ref_body(dtype, shape, precision, flat))
 
 
 # -- section 2 ----------------------------------------------------------------------------
@@ -85,28 +93,57 @@ def ref_commitment(dtype: str, shape: tuple[int, ...], precision: int | None, fl
 EX1 = [1, -2, 3, 4, 5, -6, 7, 8, 9, 10, -11, 12]
 EX2 = [1, -2, 300, -32767, 5, -6]
 EX3 = [i * i - 1000000 for i in range(3000)]
+EX4 = [i * 37 - 11000 for i in range(600)]
 
 
 def test_format_examples_by_the_reference():
     assert ref_body("int32", (1, 2, 2, 3), 8, EX1).hex() == "0107fe080309040a05f5fa0c"
     assert ref_commitment("int32", (1, 2, 2, 3), 8, EX1).hex() == \
-        "ce60dcb1b9d73aef36ae8e6db5eb6e1703e4c44143fd665cba6276e8ee88979e"
+        "908e8305ff2b6db547c9dfbb2ceb7bec877f038128138663117187b8ae118785"
     assert ref_body("int32", (2, 3), 16, EX2).hex() == "0100feff2c0101800500faff"
     assert ref_commitment("int32", (2, 3), 16, EX2).hex() == \
-        "6248e99d373e26bee73f795d35e41751b87a9da5d3bd5468441c1f53be4b3557"
+        "578df59a89a705c5f21fc8128ea6dd9a00b14a2c3854e90f5b12e8c528231738"
     body = ref_body("int32", (3000,), 32, EX3)
     leaves = [sha(b"\x00" + body[i:i + 4096]) for i in range(0, len(body), 4096)]
     assert [len(body[i:i + 4096]) for i in range(0, len(body), 4096)] == [4096, 4096, 3808]
     assert ref_tree(leaves) == sha(b"\x01" + sha(b"\x01" + leaves[0] + leaves[1]) + leaves[2])
     assert ref_tree(leaves).hex() == "69ba8dd51cf9942d70f2026fd8329490c79485738fac6d662142c1248f60d5f6"
     assert ref_commitment("int32", (3000,), 32, EX3).hex() == \
-        "c771099073009a3db22b5b45503d0949f932b662be5dfba0ea4d446f4638f033"
+        "1bf8bd98a285df1e6c662079d75a06fcd32d786eb503cb0585995bb745a74f2d"
+    body = ref_body("int32", (600,), 16, EX4)
+    assert len(body) == 1200 and body[:8].hex() == "08d52dd552d577d5"
+    leaves = [sha(b"\x00" + body[i:i + 256]) for i in range(0, len(body), 256)]
+    assert [len(body[i:i + 256]) for i in range(0, len(body), 256)] == [256, 256, 256, 256, 176]
+    assert [leaf.hex()[:8] for leaf in leaves] == ["59b2b1a0", "38e2691f", "e93ab39b", "1b7d7067", "a2c9b35e"]
+    assert ref_tree(leaves) == sha(b"\x01" + sha(b"\x01" + sha(b"\x01" + leaves[0] + leaves[1])
+                                                + sha(b"\x01" + leaves[2] + leaves[3])) + leaves[4])
+    assert ref_tree(leaves).hex() == "51fd42ffd7cfa8c55b8231881f74d0c013cb46af5fe875503ca2620f41849e7f"
+    assert ref_commitment("int32", (600,), 16, EX4).hex() == \
+        "d8d912c0cbdd5bdce891e669ddac58336492e39a8a1a993748961e30c7ddb5f7"
 
 
-@pytest.mark.parametrize("shape,precision,flat", [((1, 2, 2, 3), 8, EX1), ((2, 3), 16, EX2), ((3000,), 32, EX3)])
+@pytest.mark.parametrize("shape,precision,flat", [((1, 2, 2, 3), 8, EX1), ((2, 3), 16, EX2), ((3000,), 32, EX3),
+                                                  ((600,), 16, EX4)])
 def test_tensor_commitment_matches_the_reference(shape, precision, flat):
     value = np.array(flat, dtype=np.int32).reshape(shape)
     assert cm.tensor_commitment(value, TensorType(shape, precision)) == ref_commitment("int32", shape, precision, flat)
+
+
+@pytest.mark.parametrize("length,chunks", [(1, [1]), (255, [255]), (256, [256]), (257, [256, 1]),
+                                           (4095, [256] * 15 + [255]), (4096, [256] * 16), (4097, [4096, 1]),
+                                           (8192, [4096, 4096]), (8193, [4096, 4096, 1])])
+def test_chunk_size_by_body_length(length, chunks):
+    """256-byte chunks up to a 4096-byte body, 4096-byte chunks beyond (a uint8 tensor's body is
+    its bytes); the chunk count and every commitment follow."""
+    flat = [(i * 7 + 3) % 256 for i in range(length)]
+    body = ref_body("uint8", (length,), None, flat)
+    assert [len(c) for c in ref_chunks(body)] == chunks
+    t = TensorType((length,), None, "uint8")
+    assert cm.chunk_size(length) == (256 if length <= 4096 else 4096)
+    assert cm.chunk_count(t) == len(chunks)
+    value = np.array(flat, dtype=np.uint8)
+    assert cm.tensor_commitment(value, t) == cm.Committer(t)(value) == ref_commitment("uint8", (length,), None, flat)
+    assert cm.chunk_leaves(memoryview(body), cm.chunk_size(length)) == [sha(b"\x00" + c) for c in ref_chunks(body)]
 
 
 @pytest.mark.parametrize("precision,lane", [(1, 1), (8, 1), (9, 2), (16, 2), (17, 4), (32, 4), (None, 4)])
@@ -145,7 +182,7 @@ def test_floats_bit_for_bit(dtype, bits):
     t = TensorType((3,), None, dtype)
     assert bytes(cm.tensor_body(value, t)) == raw.tobytes()
     body = raw.tobytes()
-    assert cm.tensor_commitment(value, t) == sha(b"cvmvm/tensor/v2\x00" + ref_type(dtype, (3,), None)
+    assert cm.tensor_commitment(value, t) == sha(b"cvmvm/tensor/v3\x00" + ref_type(dtype, (3,), None)
                                                 + sha(b"\x00" + body))
     assert cm.tensor_commitment(value, t) != cm.tensor_commitment(np.zeros(3, dtype=dtype), t)
 
@@ -207,9 +244,11 @@ def test_a_committer_commits_as_the_reference(shape, precision):
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int64", "float16", "float32", "float64"])
 def test_a_committer_of_every_dtype(dtype):
-    value = np.arange(-700, 2300, dtype=np.int64).astype(dtype).reshape(2, 3, 500)   # several chunks at 8 bytes
+    value = np.arange(-700, 2300, dtype=np.int64).astype(dtype).reshape(2, 3, 500)   # small chunks or large
     t = TensorType(value.shape, None, dtype)
-    assert cm.Committer(t)(value) == cm.commitment_of(t, cm.tree_root(cm.chunk_leaves(cm.tensor_body(value, t))))
+    body = bytes(cm.tensor_body(value, t))
+    assert cm.Committer(t)(value) == cm.tensor_commitment(value, t) == \
+        ref_commitment_of_body(dtype, value.shape, None, body)
 
 
 # -- trees -------------------------------------------------------------------------------------
@@ -259,10 +298,12 @@ X = [1, 2, 3, 4, 5, 6]
 
 
 def ref_records() -> list[bytes]:
+    """Operand w of instruction 0 is a param (tensor 1 of I = 1, P = 1): its commitment follows its type."""
     ty = lambda p: ref_type("int32", (2, 3), p)  # noqa: E731
+    w = ref_commitment("int32", (2, 3), 8, W)
     return [b"\x00" + struct.pack("<I", 0) + ty(8),
-            b"\x01" + struct.pack("<I", 1) + ref_commitment("int32", (2, 3), 8, W),
-            b"\x02" + struct.pack("<IHBB", 0, 4, 2, 1) + struct.pack("<I", 0) + ty(8) + struct.pack("<I", 1) + ty(8)
+            b"\x01" + struct.pack("<I", 1) + w,
+            b"\x02" + struct.pack("<IHBB", 0, 4, 2, 1) + struct.pack("<I", 0) + ty(8) + struct.pack("<I", 1) + ty(8) + w
             + struct.pack("<I", 2) + ty(9),
             b"\x02" + struct.pack("<IHBB", 1, 8, 1, 1) + struct.pack("<I", 2) + ty(9) + struct.pack("<I", 3) + ty(8)
             + struct.pack("<qq", 8, 1) + b"\x01",
@@ -271,17 +312,17 @@ def ref_records() -> list[bytes]:
 
 def ref_program_root() -> bytes:
     tree = ref_tree([sha(b"\x00" + r) for r in ref_records()])
-    return sha(b"cvmvm/program/v2\x00" + struct.pack("<5I", 1, 1, 2, 1, 4) + tree)
+    return sha(b"cvmvm/program/v3\x00" + struct.pack("<5I", 1, 1, 2, 1, 4) + tree)
 
 
 def test_program_root_and_model_hash_examples():
     assert len(NATIVE_EXAMPLE) == 261
-    assert ref_records()[1].hex() == "0101000000f2f7132c067f1b4e40b1675975c968362642d4613d941c016e8e2a3ed1f843b5"
+    assert ref_records()[1].hex() == "0101000000622521ea04ef4a6498c137dcee3902de274d3597019ea4a3aab0066867995f77"
     assert ref_tree([sha(b"\x00" + r) for r in ref_records()]).hex() == \
-        "145842d2eefb12a620b5b64befe92af5d94447cca205931cee5db375369790c4"
-    assert ref_program_root().hex() == "02ff29d65d20893395f59e86894fc004c7e64a3ef0b6b9a5e742421ffb5686a8"
-    model_hash = sha(b"cvmvm/model/v2\x00" + ref_program_root() + sha(NATIVE_EXAMPLE))
-    assert model_hash.hex() == "1528019076a2022ddb71d7ed356dc88cc048996117d2ed2b8ba2a208b910e665"
+        "6de2399a7118ef008171e86325ecd09ebf991417b702e26eafea9d65c6a6aab9"
+    assert ref_program_root().hex() == "57b312198230dd52446aaa3d38d149f6a16aaf2b66a6b24701f3410a74d43f5c"
+    model_hash = sha(b"cvmvm/model/v3\x00" + ref_program_root() + sha(NATIVE_EXAMPLE))
+    assert model_hash.hex() == "941b1c6f08df0452fd36184c4393e57dadad0aa932b718e2d20604fdb0504fbf"
     assert cm.model_hash(ref_program_root(), NATIVE_EXAMPLE) == model_hash
 
 
@@ -291,13 +332,19 @@ def test_scales_are_in_the_model_hash_not_the_program_root():
     from tests.test_native_scales import SCALED
     model = cvmvm.load(SCALED)
     assert model.program_root == ref_program_root()
-    assert model.model_hash == sha(b"cvmvm/model/v2\x00" + ref_program_root() + sha(SCALED))
-    assert model.model_hash.hex() == "b00ec22e52b98d4fedba9ae908539d9fa8748ea31f6db1a5721b646e161cd712"
+    assert model.model_hash == sha(b"cvmvm/model/v3\x00" + ref_program_root() + sha(SCALED))
+    assert model.model_hash.hex() == "ceacd4df7afa6903931ec64c76cb2db64a615223e60baa230eb2c97660c021a4"
 
 
 def test_instruction_record_matches_the_reference():
     t8, t9 = TensorType((2, 3), 8), TensorType((2, 3), 9)
-    assert records.instr_record(1, "cvm_right_shift", [(2, t9)], [(3, t8)], RightShiftAttrs(8, 1, True)) == ref_records()[3]
+    w = ref_commitment("int32", (2, 3), 8, W)
+    assert records.instr_record(0, "elemwise_add", [(0, t8), (1, t8)], [(2, t9)], NoAttrs(), {1: w}) == \
+        ref_records()[2]
+    assert records.instr_record(1, "cvm_right_shift", [(2, t9)], [(3, t8)], RightShiftAttrs(8, 1, True), {1: w}) == \
+        ref_records()[3]
+    decoded = records.decode_instr(ref_records()[2], (1, 1, 2, 1, 4), "step_proof")
+    assert decoded.inputs == ((0, t8), (1, t8)) and decoded.params == (None, w) and decoded.outputs == ((2, t9),)
     assert records.input_record(0, t8) == ref_records()[0]
     assert records.head_record(0, 3) == ref_records()[4]
 
@@ -307,14 +354,14 @@ def test_trace_root_and_output_hash_examples():
     rs = [max(-127, min(127, (v + 1) >> 1)) for v in add]
     assert rs == [1, -62, 65, 2, 5, 2]
     commitments = [ref_commitment("int32", (2, 3), p, v) for p, v in ((8, X), (8, W), (9, add), (8, rs))]
-    inputs = sha(b"cvmvm/inputs/v2\x00" + struct.pack("<I", 1) + commitments[0])
-    tree = ref_tree([sha(b"\x00" + c) for c in commitments])
-    root = sha(b"cvmvm/trace/v2\x00" + ref_program_root() + inputs + struct.pack("<I", 4) + tree)
-    outputs = sha(b"cvmvm/outputs/v2\x00" + struct.pack("<I", 1) + commitments[3])
-    assert inputs.hex() == "e46ed51cbad8bd3767a43f999799e82b8f5f3cb717fb68e6bec0705c7a92f511"
-    assert tree.hex() == "abb18a14d9f0629cd7c74958e6d5d1f1f5e0bb4a1b7d6d13b2ca5fc27816843e"
-    assert root.hex() == "2290f2e3e9326863928a741c5942f8d5b3a8bd26620e454b0ce74b64c74523bc"
-    assert outputs.hex() == "2c233906dd7a7bf3068e2af990e76778d2ef47a40d48bca011704bbdb36a861d"
+    inputs = sha(b"cvmvm/inputs/v3\x00" + struct.pack("<I", 1) + commitments[0])
+    tree = ref_tree(commitments)   # the commitments are the trace leaves
+    root = sha(b"cvmvm/trace/v3\x00" + ref_program_root() + inputs + struct.pack("<I", 4) + tree)
+    outputs = sha(b"cvmvm/outputs/v3\x00" + struct.pack("<I", 1) + commitments[3])
+    assert inputs.hex() == "d41323e093448699ebc6336ae668f3402b699e8b1cbf4019405b1ca239be67e0"
+    assert tree.hex() == "d4e459fc89e0ed9e2c58e69a0f7647bd858adf2d20b14e5cb4a78f078b170cef"
+    assert root.hex() == "35b1a4b6cc1b9456a6481b08beb6381377aea341ea3eae5f85999e00ef1aff64"
+    assert outputs.hex() == "f78fdcb00beae93563c60c316a731c717fecc1717cc2bc4f832681f39b480787"
     assert cm.input_commitment(commitments[:1]) == inputs
     assert cm.trace_root(ref_program_root(), inputs, 4, tree) == root
     assert cm.outputs_hash(commitments[3:]) == outputs

@@ -127,7 +127,7 @@ def test_wire_layout_is_the_documented_one():
     wire = msgpack.unpackb(receipt_codec.encode(receipt.sign(r, KEY)))
     assert list(wire) == ["format", "version", "model_hash", "program_root", "inputs", "output_hash", "trace_root",
                           "ops", "signer"]
-    assert wire["format"] == "cvmvm-receipt" and wire["version"] == 2
+    assert wire["format"] == "cvmvm-receipt" and wire["version"] == 3
     assert list(wire["inputs"][0]) == ["name", "commitment"] and list(wire["signer"]) == ["public_key", "signature"]
     assert receipt_codec.encode(r)[:1] == b"\x89"  # a map of 9 keys, "signer" nil
 
@@ -138,7 +138,7 @@ def test_signature_is_over_the_tagged_unsigned_bytes():
     _, r, _ = mlp_receipt()
     signed = receipt.sign(r, KEY)
     assert receipt.signature_valid(signed)
-    message = b"cvmvm/receipt/v2\x00" + receipt_codec.encode(r)
+    message = b"cvmvm/receipt/v3\x00" + receipt_codec.encode(r)
     assert signed.signing_message() == message
     KEY.public_key().verify(signed.signer.signature, message)
     assert signed.signer.public_key == KEY.public_key().public_bytes_raw()
@@ -290,15 +290,19 @@ def test_malformed_receipts_are_rejected(mutate):
     assert _code(msgpack.packb(mutate(_signed_wire()), use_bin_type=True)) == "malformed.receipt"
 
 
-def test_format_1_receipts_are_refused_by_their_version():
-    """A version-1 receipt (its keys differ) is refused with a message naming its version."""
+def test_receipts_of_older_formats_are_refused_by_their_version():
+    """A version-1 receipt (its keys differ) or a version-2 one is refused with a message naming its version."""
     wire = {"format": "cvmvm-receipt", "version": 1, "model_hash": b"\x00" * 32,
             "inputs": [{"name": "x", "hash": b"\x00" * 32}], "output_hash": b"\x00" * 32,
             "trace_root": b"\x00" * 32, "ops": 1, "signer": None}
     with pytest.raises(CvmError) as e:
         receipt_codec.decode(msgpack.packb(wire, use_bin_type=True))
     assert e.value.code == "malformed.receipt" and "version 1" in e.value.message
-    assert _code(msgpack.packb({**_signed_wire(), "version": 3}, use_bin_type=True)) == "malformed.receipt"
+    # Format 2's receipt has this one's keys, and format 2's hashes: refused by its version too.
+    with pytest.raises(CvmError) as e:
+        receipt_codec.decode(msgpack.packb({**_signed_wire(), "version": 2}, use_bin_type=True))
+    assert e.value.code == "malformed.receipt" and "version 2" in e.value.message
+    assert _code(msgpack.packb({**_signed_wire(), "version": 4}, use_bin_type=True)) == "malformed.receipt"
 
 
 def test_truncated_trailing_and_duplicate_keys_are_rejected():

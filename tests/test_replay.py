@@ -17,7 +17,7 @@ from cvmvm.vm import batching
 from cvmvm.tx import receipt, replay, results, schedule
 from cvmvm.tx.store import Store
 from isa.errors import CvmError
-from serializer.hashing import trace_leaf, trace_root, tree_root
+from serializer.hashing import trace_root, tree_root
 from tests.test_receipt import (KEY, REPO, build, cli_json, column_sum_model, digits_model, instr, mlp_model,
                                 pair_model, param, reshape_model)
 from isa.types import TensorType
@@ -112,7 +112,7 @@ def test_batched_results_equal_one_by_one(make, batch):
     for f, r in zip(feeds, got):
         result = model.run(f, trace=True)
         assert r == receipt.make_receipt(model, result)
-        leaves = [trace_leaf(c) for c in result.trace.commitments]
+        leaves = result.trace.commitments   # the commitments are the trace leaves
         assert r.trace_root == result.trace.root == trace_root(model.program_root, result.trace.inputs, len(leaves),
                                                                tree_root(leaves))
 

@@ -69,7 +69,7 @@ def test_wire_layout():
     wire = msgpack.unpackb(proof_codec.encode(proof))
     assert list(wire) == ["format", "version", "program", "inputs", "step", "instruction", "path", "element",
                           "operands", "results"]
-    assert (wire["version"], wire["program"], wire["step"], wire["element"]) == (2, [1, 3, 4, 1, 8], 3, 1)
+    assert (wire["version"], wire["program"], wire["step"], wire["element"]) == (3, [1, 3, 4, 1, 8], 3, 1)
     assert list(wire["operands"][0]) == ["data", "chunks", "path"]
     assert list(wire["operands"][0]["chunks"][0]) == ["index", "data", "path"]
     assert list(wire["results"][0]) == ["commitment", "chunk", "path"]
@@ -177,9 +177,11 @@ def test_error_codes():
                    program_root) == "input.not_included"
     from serializer.records.program import decode_instr, instr_record
     from isa.types import TensorType
-    r = decode_instr(proof.record, proof.counts[4], "step_proof")
+    r = decode_instr(proof.record, proof.counts, "step_proof")
     (out, t), = r.outputs
-    lying = instr_record(r.index, r.op, r.inputs, [(out, TensorType(t.shape, t.precision - 1))], r.attrs)
+    params = {u: c for (u, _), c in zip(r.inputs, r.params) if c is not None}
+    assert instr_record(r.index, r.op, r.inputs, r.outputs, r.attrs, params) == proof.record
+    lying = instr_record(r.index, r.op, r.inputs, [(out, TensorType(t.shape, t.precision - 1))], r.attrs, params)
     assert code_of(check, dataclasses.replace(proof, record=lying), trace_root, program_root) == "malformed.step_proof"
     first = proof.operands[0]
     chunk = first.chunks[0]
@@ -201,6 +203,42 @@ def test_error_codes():
                    trace_root, program_root) == "malformed.step_proof"
 
 
+@pytest.mark.parametrize("element", [None, 1])
+def test_a_param_operand_is_authenticated_by_its_record(element):
+    """An operand that is a param has its commitment in the instruction record (which the
+    program root authenticates): it carries no path, and its data or chunks must give exactly
+    that commitment."""
+    from serializer.records.program import decode_instr, instr_record
+    model = mlp_model()
+    proof, trace = stepproof.prove_step(model, X, 1, element)   # dense(relu(x), w, b): w and b are params
+    check = stepproof.check_step
+    types, values = model.program.types, committed_run(model, X)
+    r = decode_instr(proof.record, proof.counts, "step_proof")
+    assert [u for u, _ in r.inputs] == [4, 1, 2]
+    assert r.params == (None, tensor_commitment(values[1], types[1]), tensor_commitment(values[2], types[2]))
+    assert proof.operands[0].path and not proof.operands[1].path and not proof.operands[2].path
+    assert check(proof, *roots(model, trace)).correct
+    w = proof.operands[1]
+    with_path = dataclasses.replace(w, path=(trace.path(1)[0],))
+    assert code_of(check, dataclasses.replace(proof, operands=(proof.operands[0], with_path, proof.operands[2])),
+                   *roots(model, trace)) == "input.not_included"
+    if element is None:
+        other = dataclasses.replace(w, data=bytes([w.data[0] ^ 1]) + w.data[1:])
+    else:
+        c = w.chunks[0]
+        other = dataclasses.replace(w, chunks=(Chunk(c.index, bytes([c.data[0] ^ 1]) + c.data[1:], c.path),))
+    assert code_of(check, dataclasses.replace(proof, operands=(proof.operands[0], other, proof.operands[2])),
+                   *roots(model, trace)) == "input.not_included"
+    # A record giving the param another commitment is not the program's record.
+    lying = instr_record(r.index, r.op, r.inputs, r.outputs, r.attrs, {1: b"\1" * 32, 2: r.params[2]})
+    assert len(lying) == len(proof.record) and lying != proof.record
+    assert code_of(check, dataclasses.replace(proof, record=lying), *roots(model, trace)) == "input.not_included"
+    # Read with other counts, the same bytes are not a record: where a param's commitment is
+    # depends on which ids are params, which the program root's counts fix.
+    for counts in ((1, 1, 4, 1, 8), (1, 4, 4, 1, 8)):
+        assert code_of(decode_instr, proof.record, counts, "step_proof") == "malformed.step_proof"
+
+
 def test_ops_without_element_proofs():
     model = pair_model()
     inputs = {"a": np.array([[1, 2, 3], [4, 5, 6]], np.int32), "b": np.array([[7, 8, 9], [1, 1, 1]], np.int32)}
@@ -213,12 +251,13 @@ def test_ops_without_element_proofs():
     assert checked(one, feeds, 0).correct   # a whole-instruction proof settles it off-chain
 
 
-def test_format_1_proofs_are_refused_by_their_version():
+@pytest.mark.parametrize("version", [1, 2])
+def test_proofs_of_older_formats_are_refused_by_their_version(version):
     proof, _ = stepproof.prove_step(mlp_model(), X, 1)
     wire = msgpack.unpackb(proof_codec.encode(proof))
     with pytest.raises(CvmError) as e:
-        proof_codec.decode(msgpack.packb({**wire, "version": 1}, use_bin_type=True))
-    assert e.value.code == "malformed.step_proof" and "version 1" in e.value.message
+        proof_codec.decode(msgpack.packb({**wire, "version": version}, use_bin_type=True))
+    assert e.value.code == "malformed.step_proof" and f"version {version}" in e.value.message
 
 
 def _code(data: bytes) -> str:
@@ -235,7 +274,7 @@ def test_malformed_proofs_are_rejected():
     assert _code(data[:-1]) == "malformed.step_proof"
     assert _code(data.replace(b"\xa6format", b"\xd9\x06format", 1)) == "malformed.noncanonical"
     operand = wire["operands"][0]
-    for bad in ({**wire, "version": 3}, {**wire, "program": [1, 2, 3]}, {**wire, "program": [1, 2, 3, 4, -1]},
+    for bad in ({**wire, "version": 4}, {**wire, "program": [1, 2, 3]}, {**wire, "program": [1, 2, 3, 4, -1]},
                 {**wire, "element": -1}, {**wire, "element": True}, {**wire, "results": []},
                 {**wire, "results": [{**wire["results"][0], "chunk": None}]},
                 {**wire, "results": [{**wire["results"][0], "commitment": b"\0" * 32}]},

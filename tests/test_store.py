@@ -23,7 +23,7 @@ def test_add_names_the_file_by_model_hash(tmp_path):
     store = Store(tmp_path / "store")
     digest = store.add(model)
     # FORMAT.md 1.3: the program root and the bytes' SHA-256, under their tag.
-    assert digest == model.model_hash == hashlib.sha256(b"cvmvm/model/v2\x00" + model.program_root
+    assert digest == model.model_hash == hashlib.sha256(b"cvmvm/model/v3\x00" + model.program_root
                                                         + hashlib.sha256(model.canonical_bytes).digest()).digest()
     path = tmp_path / "store" / (digest.hex() + ".cvm")
     assert path.read_bytes() == model.canonical_bytes

@@ -14,7 +14,7 @@ from cvmvm.tx import tracediff
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.vm.trace import trace_to_json
 from isa.errors import CvmError
-from serializer.hashing import KIND_NAMES, input_commitment, trace_leaf, trace_root, tree_root
+from serializer.hashing import KIND_NAMES, input_commitment, trace_root, tree_root
 from cvmvm.vm.api import Model
 from cvmvm.vm.verify import verify
 from tests.test_receipt import cli_json, mlp_model, pair_model
@@ -29,7 +29,7 @@ def trace_doc(model, inputs) -> dict:
 
 def reroot(doc: dict) -> dict:
     """After editing entries, recompute the root as a (dishonest) node would."""
-    leaves = [trace_leaf(bytes.fromhex(e["commitment"])) for e in doc["entries"]]
+    leaves = [bytes.fromhex(e["commitment"]) for e in doc["entries"]]
     root = trace_root(bytes.fromhex(doc["program_root"]), bytes.fromhex(doc["input_commitment"]), len(leaves),
                       tree_root(leaves))
     return {**doc, "root": root.hex()}
@@ -178,10 +178,11 @@ def test_malformed_traces_are_rejected(edit):
     assert e.value.code == "malformed.trace"
 
 
-def test_format_1_trace_files_are_refused_by_their_version():
+@pytest.mark.parametrize("version", [1, 2])
+def test_trace_files_of_older_formats_are_refused_by_their_version(version):
     with pytest.raises(CvmError) as e:
-        loaded({**trace_doc(mlp_model(), X), "format": "cvmvm-trace/1"})
-    assert "version 1" in e.value.message
+        loaded({**trace_doc(mlp_model(), X), "format": f"cvmvm-trace/{version}"})
+    assert e.value.code == "malformed.trace" and f"version {version}" in e.value.message
 
 
 def test_cli_diff(capsys, tmp_path):

@@ -1,6 +1,6 @@
-"""The transaction file (FORMAT.md section 8): version-3 framing byte for byte, strict records,
-faults of one record against faults of the framing, versions 1 and 2 refused and converted, and
-what convert cannot carry over (receipts of commitment format 1)."""
+"""The transaction file (FORMAT.md section 8): version-4 framing byte for byte, strict records,
+faults of one record against faults of the framing, versions 1 to 3 refused and converted, and
+what convert cannot carry over (receipts of commitment formats 1 and 2)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_layout_byte_for_byte():
     txs = _txs(model, 2)
     data = transactions.encode_txs(txs)
     bodies = [transactions.encode_tx(t) for t in txs]
-    assert data[:12] == b"cvmvmtx\x00" + struct.pack("<I", 3)
+    assert data[:12] == b"cvmvmtx\x00" + struct.pack("<I", 4)
     pos = 12
     for body in bodies:
         assert data[pos:pos + 4] == struct.pack("<I", len(body)) and data[pos + 4:pos + 4 + len(body)] == body
@@ -160,13 +160,18 @@ def test_framing_faults(store, tail, what):
 
 def test_not_a_transaction_file_and_other_versions():
     assert _code(lambda: transactions.decode_txs(b"\x93\x01\x02")) == "malformed.txs"
-    assert _code(lambda: transactions.decode_txs(b"cvmvmtx\x00" + struct.pack("<I", 4))) == "malformed.txs_version"
-    with pytest.raises(CvmError) as e:
-        transactions.decode_txs(b"cvmvmtx\x00" + struct.pack("<I", 2) + transactions.end_frame(0))
-    assert e.value.code == "malformed.txs_version" and "commitment format 1" in e.value.message
+    assert _code(lambda: transactions.decode_txs(b"cvmvmtx\x00" + struct.pack("<I", 5))) == "malformed.txs_version"
+    for version, fmt in ((2, 1), (3, 2)):
+        with pytest.raises(CvmError) as e:
+            transactions.decode_txs(b"cvmvmtx\x00" + struct.pack("<I", version) + transactions.end_frame(0))
+        assert e.value.code == "malformed.txs_version" and f"version {version} transaction file" in e.value.message
+        assert f"commitment format {fmt}" in e.value.message and "cvmvm tx convert" in e.value.message
+    with pytest.raises(CvmError) as e:   # a framed header naming version 1 (which never was framed)
+        transactions.decode_txs(b"cvmvmtx\x00" + struct.pack("<I", 1) + transactions.end_frame(0))
+    assert e.value.code == "malformed.txs_version" and "convert" not in e.value.message
 
 
-# -- versions 1 and 2: refused with a pointer to convert, and converted -----------------------------
+# -- versions 1 to 3: refused with a pointer to convert, and converted -----------------------------
 
 def _v1(txs) -> bytes:
     return msgpack.packb({"format": "cvmvm-txs", "version": 1,
@@ -191,10 +196,14 @@ def test_version_1_is_refused_by_replay_and_converted(capsys, tmp_path, store):
     assert code == 3 and info["error"] == "malformed.noncanonical" and not (tmp_path / "y.cvmtx").exists()
 
 
-def _v2(bodies) -> bytes:
-    """Version 2's framing around these records."""
-    return (b"cvmvmtx\x00" + struct.pack("<I", 2) + b"".join(transactions.frame(b) for b in bodies)
+def _v2(bodies, version: int = 2) -> bytes:
+    """Version 2's framing (version 3's too) around these records."""
+    return (b"cvmvmtx\x00" + struct.pack("<I", version) + b"".join(transactions.frame(b) for b in bodies)
             + transactions.end_frame(len(bodies)))
+
+
+def _v3(bodies) -> bytes:
+    return _v2(bodies, 3)
 
 
 def _format1(body: bytes) -> bytes:
@@ -207,35 +216,45 @@ def _format1(body: bytes) -> bytes:
     return msgpack.packb({**wire, "receipt": old}, use_bin_type=True)
 
 
-def test_version_2_is_refused_by_replay_and_converted(capsys, tmp_path, store):
+def _format2(body: bytes) -> bytes:
+    """The record as commitment format 2 wrote it: a version 2 receipt (the same keys, format 2's hashes)."""
+    wire = msgpack.unpackb(body)
+    return msgpack.packb({**wire, "receipt": {**wire["receipt"], "version": 2}}, use_bin_type=True)
+
+
+@pytest.mark.parametrize("old", [_v2, _v3])
+def test_versions_2_and_3_are_refused_by_replay_and_converted(capsys, tmp_path, store, old):
     model = mlp_model()
     store.add(model)
     txs = _txs(model, 3)
-    (tmp_path / "old.cvmtx").write_bytes(_v2([transactions.encode_tx(t) for t in txs]))
+    (tmp_path / "old.cvmtx").write_bytes(old([transactions.encode_tx(t) for t in txs]))
     code, info = cli_json(capsys, ["replay", str(tmp_path / "old.cvmtx"), "--store", str(store.root)])
     assert code == 3 and info["error"] == "malformed.txs_version" and "cvmvm tx convert" in info["message"]
     code, info = cli_json(capsys, ["tx", "convert", str(tmp_path / "old.cvmtx"), str(tmp_path / "new.cvmtx")])
-    assert code == 0 and (info["transactions"], info["version"]) == (3, 3)
+    assert code == 0 and (info["transactions"], info["version"]) == (3, 4)
     assert (tmp_path / "new.cvmtx").read_bytes() == transactions.encode_txs(txs)
     assert [o.status for burst in schedule.replay_file(tmp_path / "new.cvmtx", store) for o in burst] == ["ok"] * 3
 
 
-@pytest.mark.parametrize("old", [_v1, _v2])
-def test_convert_never_carries_a_format_1_receipt_and_says_so(capsys, tmp_path, old):
+@pytest.mark.parametrize("old", [_v1, _v2, _v3])
+@pytest.mark.parametrize("older", [_format1, _format2])
+def test_convert_never_carries_a_receipt_of_an_older_format_and_says_so(capsys, tmp_path, old, older):
     model = mlp_model()
     bodies = [transactions.encode_tx(t) for t in _txs(model, 4)]
-    bodies[1] = _format1(bodies[1])
+    bodies[1] = older(bodies[1])
     bodies[3] = _format1(bodies[3])
-    assert [transactions.format1_receipt(b) for b in bodies] == [False, True, False, True]
+    fmt = 1 if older is _format1 else 2
+    assert [transactions.old_receipt(b) for b in bodies] == [None, fmt, None, 1]
     if old is _v1:
         data = msgpack.packb({"format": "cvmvm-txs", "version": 1, "txs": [msgpack.unpackb(b) for b in bodies]},
                              use_bin_type=True)
     else:
-        data = _v2(bodies)
+        data = old(bodies)
     (tmp_path / "old.cvmtx").write_bytes(data)
     code, info = cli_json(capsys, ["tx", "convert", str(tmp_path / "old.cvmtx"), str(tmp_path / "new.cvmtx")])
     assert (code, info["error"]) == (3, "malformed.txs_version")
-    assert "2 of 4 transactions (1, 3)" in info["message"] and "commitment format 1" in info["message"]
+    assert "2 of 4 transactions (1, 3)" in info["message"]
+    assert f"commitment format {'1' if fmt == 1 else '1 and 2'}," in info["message"]
     assert not (tmp_path / "new.cvmtx").exists() and list(tmp_path.iterdir()) == [tmp_path / "old.cvmtx"]
 
 

@@ -143,7 +143,7 @@ def _trace(data: bytes, path: str) -> Shown:
 
 def _proof(data: bytes) -> Shown:
     p = proof_codec.decode(data)
-    record = decode_instr(p.record, p.counts[4], "step_proof")
+    record = decode_instr(p.record, p.counts, "step_proof")
     operands = [{"tensor": t, **_type_json(ty), "bytes": len(o.data), "chunks": [c.index for c in o.chunks],
                  "path": len(o.path)} for (t, ty), o in zip(record.inputs, p.operands)]
     results = [{"tensor": t, **_type_json(ty), "commitment": None if r.commitment is None else r.commitment.hex(),

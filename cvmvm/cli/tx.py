@@ -389,9 +389,10 @@ def add_commands(command: Command) -> None:
     add.add_argument("--receipt", help="carry this receipt as the claim (e.g. signed by cvmvm run --receipt --sign)")
     limit_args(add)
     add.set_defaults(func=cmd_tx_add)
-    conv = actions.add_parser("convert", help=f"convert a version 1 or 2 transaction file to version "
-                                              f"{transactions.TXS_VERSION} (never a format 1 receipt: see FORMAT.md 8)")
-    conv.add_argument("old", help="version 1 or 2 transaction file")
+    conv = actions.add_parser("convert", help=f"convert a version 1, 2 or 3 transaction file to version "
+                                              f"{transactions.TXS_VERSION} (never a receipt of an older commitment "
+                                              f"format: see FORMAT.md 8)")
+    conv.add_argument("old", help="version 1, 2 or 3 transaction file")
     conv.add_argument("new", help=f"version {transactions.TXS_VERSION} file to write")
     conv.set_defaults(func=cmd_tx_convert)
     gen = actions.add_parser("demo", help="generate N digits transactions, some bad on purpose, and their store",

@@ -25,10 +25,10 @@ import numpy as np
 from isa.errors import CvmError, InputError, MalformedError
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
-from serializer.hashing import (CHUNK_SIZE, audit_path, body_length, chunk_count, chunk_leaves, commitment_of, input_commitment,
-                                lane_width, leaf_hash, positions, program_root, root_from_path, tensor_body,
-                                tensor_from_body, trace_leaf, trace_root, tree_levels, tree_root)
-from serializer.records.program import InstrRecord, decode_instr, param_record
+from serializer.hashing import (audit_path, body_length, chunk_count, chunk_leaves, chunk_root, chunk_size, commitment_of,
+                                input_commitment, lane_width, leaf_hash, positions, program_root, root_from_path,
+                                tensor_body, tensor_commitment, tensor_from_body, trace_root, tree_levels)
+from serializer.records.program import InstrRecord, decode_instr
 from serializer.records.stepproof import Chunk, Head, Operand, Result, StepProof
 from cvmvm.vm.api import Model
 from cvmvm.vm.blas import hashing_alongside
@@ -48,17 +48,22 @@ def _not_included(message: str) -> InputError:
 
 # -- proving ----------------------------------------------------------------------------------
 
+def _chunk_size(t: TensorType) -> int:
+    return chunk_size(body_length(t))
+
+
 def chunks_of(value: np.ndarray, t: TensorType, wanted: Sequence[int]) -> tuple[Chunk, ...]:
     """Chunks ``wanted`` of a tensor's body, each with its audit path in the tensor's chunk tree."""
     body = tensor_body(value, t)
-    levels = tree_levels(chunk_leaves(body))
-    return tuple(Chunk(i, bytes(body[i * CHUNK_SIZE:(i + 1) * CHUNK_SIZE]), tuple(audit_path(levels, i)))
+    size = _chunk_size(t)
+    levels = tree_levels(chunk_leaves(body, size))
+    return tuple(Chunk(i, bytes(body[i * size:(i + 1) * size]), tuple(audit_path(levels, i)))
                  for i in sorted(set(wanted)))
 
 
 def footprint_chunks(t: TensorType, reads: np.ndarray) -> list[int]:
     """The chunks of a tensor's body that hold these row-major elements."""
-    return sorted(set((positions(t, reads) * lane_width(t) // CHUNK_SIZE).tolist()))
+    return sorted(set((positions(t, reads) * lane_width(t) // _chunk_size(t)).tolist()))
 
 
 def make_proof(program: Program, trace: Trace, values: Mapping[int, np.ndarray], step: int,
@@ -74,9 +79,8 @@ def make_proof(program: Program, trace: Trace, values: Mapping[int, np.ndarray],
     n_in, n_params = layout.counts[0], layout.counts[1]
 
     def path(t: int) -> tuple[bytes, ...]:
-        if t < n_in:
-            return ()
-        return tuple(layout.path(t) if t < n_in + n_params else trace.path(t))
+        # A model input's commitment is among the proof's inputs, a param's in the record.
+        return () if t < n_in + n_params else tuple(trace.path(t))
 
     if element is None:
         operands = tuple(Operand(bytes(tensor_body(values[t], types[t])), (), path(t)) for t in s.inputs)
@@ -173,7 +177,7 @@ def prove_against(model: Model, inputs: Mapping[str, np.ndarray], disputed: Sequ
     t = program.types[out]
     claimed = np.asarray(claimed)
     if tuple(claimed.shape) != t.shape or claimed.dtype.kind not in "iu" \
-            or commitment_of(t, tree_root(chunk_leaves(tensor_body(claimed, t)))) != disputed[out]:
+            or tensor_commitment(claimed, t) != disputed[out]:
         raise InputError("claimed", f"the claimed output is not tensor {out} of the disputed trace "
                                     f"(its commitment differs)")
     covered = wrong.op.name in elements.COVERED and len(wrong.outputs) == 1
@@ -197,28 +201,26 @@ class Verdict:
 
 
 class _Auth:
-    """The trees a proof's paths climb, and the one trace tree they must all reach."""
+    """Where each commitment of a proof comes from, and the one trace tree its paths must all reach."""
 
-    def __init__(self, p: StepProof, record_tree: bytes) -> None:
+    def __init__(self, p: StepProof) -> None:
         self.p = p
-        self.program_tree = record_tree
         self.trace_tree: bytes | None = None
 
     def trace(self, commitment: bytes, tensor: int, path: Sequence[bytes], what: str) -> None:
-        tree = root_from_path(trace_leaf(commitment), tensor, self.p.counts[4], path)
+        tree = root_from_path(commitment, tensor, self.p.counts[4], path)
         if tree is None or (self.trace_tree is not None and tree != self.trace_tree):
             raise _not_included(f"{what}: its commitment and path do not reach the trace tree")
         self.trace_tree = tree
 
-    def operand(self, commitment: bytes, tensor: int, path: Sequence[bytes], what: str) -> None:
-        n_in, n_params, n_instr, n_heads, _ = self.p.counts
-        if tensor < n_in:
+    def operand(self, commitment: bytes, tensor: int, param: bytes | None, path: Sequence[bytes], what: str) -> None:
+        """``param``: the commitment the record gives the operand when it is a param."""
+        if tensor < self.p.counts[0]:
             if path or commitment != self.p.inputs[tensor]:
                 raise _not_included(f"{what}: model input {tensor}'s commitment is not the proof's input {tensor}")
-        elif tensor < n_in + n_params:
-            leaf = leaf_hash(param_record(tensor, commitment))
-            if root_from_path(leaf, tensor, n_in + n_params + n_instr + n_heads, path) != self.program_tree:
-                raise _not_included(f"{what}: param tensor {tensor}'s commitment is not in the program")
+        elif param is not None:
+            if path or commitment != param:
+                raise _not_included(f"{what}: param tensor {tensor}'s commitment is not the one its record gives")
         else:
             self.trace(commitment, tensor, path, what)
 
@@ -226,7 +228,8 @@ class _Auth:
 def _chunk_root(c: Chunk, t: TensorType, what: str) -> bytes:
     """A chunk's size checked against its tensor, and the chunk root its path gives."""
     count = chunk_count(t)
-    if c.index >= count or len(c.data) != min(CHUNK_SIZE, body_length(t) - c.index * CHUNK_SIZE):
+    size = _chunk_size(t)
+    if c.index >= count or len(c.data) != min(size, body_length(t) - c.index * size):
         raise _malformed(f"{what}: chunk {c.index} of {count} has {len(c.data)} bytes")
     root = root_from_path(leaf_hash(c.data), c.index, count, c.path)
     if root is None:
@@ -245,7 +248,7 @@ def _structure(p: StepProof) -> InstrRecord:
     n_in, n_params, n_instr, n_heads, tensors = p.counts
     if not p.step < n_instr or n_in + n_params + n_instr > tensors or len(p.inputs) != n_in:
         raise _malformed(f"counts {list(p.counts)} with step {p.step} and {len(p.inputs)} input commitments")
-    record = decode_instr(p.record, tensors, "step_proof")
+    record = decode_instr(p.record, p.counts, "step_proof")
     if record.index != p.step:
         raise _malformed(f"the record is instruction {record.index}'s, the proof names step {p.step}")
     try:
@@ -276,7 +279,7 @@ def _authenticate(p: StepProof, record: InstrRecord, trace_root_: bytes, program
     tree = root_from_path(leaf_hash(p.record), n_in + n_params + p.step, n_in + n_params + n_instr + n_heads, p.path)
     if tree is None or program_root((n_in, n_params, n_instr, n_heads, tensors), tree) != program_root_:
         raise _not_included(f"instruction {p.step}'s record and path do not give the program root")
-    auth = _Auth(p, tree)
+    auth = _Auth(p)
     roots = []
     reads = None
     if p.element is not None:
@@ -287,7 +290,7 @@ def _authenticate(p: StepProof, record: InstrRecord, trace_root_: bytes, program
         if reads is None:
             if len(o.data) != body_length(t):
                 raise _malformed(f"{what}: {len(o.data)} bytes, its body has {body_length(t)}")
-            root = tree_root(chunk_leaves(memoryview(o.data)))
+            root = chunk_root(memoryview(o.data))
         else:
             wanted = footprint_chunks(t, reads[k])
             if [c.index for c in o.chunks] != wanted:
@@ -298,12 +301,12 @@ def _authenticate(p: StepProof, record: InstrRecord, trace_root_: bytes, program
                 roots.append(b"")
                 continue
             root = _chunks_root(o.chunks, t, what)
-        auth.operand(commitment_of(t, root), tensor, o.path, what)
+        auth.operand(commitment_of(t, root), tensor, record.params[k], o.path, what)
         roots.append(root)
     for j, ((tensor, t), r) in enumerate(zip(record.outputs, p.results)):
         what = f"result {j} (tensor {tensor})"
         if r.chunk is not None:
-            held = int(positions(t, np.array([p.element]))[0]) * lane_width(t) // CHUNK_SIZE
+            held = int(positions(t, np.array([p.element]))[0]) * lane_width(t) // _chunk_size(t)
             if r.chunk.index != held:
                 raise _malformed(f"{what}: chunk {r.chunk.index} does not hold element {p.element} (chunk {held})")
             commitment = commitment_of(t, _chunk_root(r.chunk, t, what))
@@ -319,10 +322,11 @@ def _authenticate(p: StepProof, record: InstrRecord, trace_root_: bytes, program
 def _lanes(chunks: Sequence[Chunk], t: TensorType, reads: np.ndarray) -> np.ndarray:
     """The values of row-major elements ``reads`` from the chunks that hold them."""
     lane = lane_width(t)
+    size = _chunk_size(t)
     dtype = np.dtype({1: "i1", 2: "<i2", 4: "<i4"}[lane])
     by_index = {c.index: c.data for c in chunks}
     at = positions(t, reads) * lane
-    return np.array([int(np.frombuffer(by_index[b // CHUNK_SIZE], dtype=dtype, count=1, offset=b % CHUNK_SIZE)[0])
+    return np.array([int(np.frombuffer(by_index[b // size], dtype=dtype, count=1, offset=b % size)[0])
                      for b in at.tolist()], dtype=np.int64)
 
 
@@ -334,7 +338,7 @@ def _reexecute_whole(p: StepProof, record: InstrRecord, limits: Limits) -> Verdi
     detail = []
     correct = True
     for j, ((tensor, t), r, v) in enumerate(zip(record.outputs, p.results, outputs)):
-        got = commitment_of(t, tree_root(chunk_leaves(tensor_body(v, t))))
+        got = tensor_commitment(v, t)
         correct = correct and got == r.commitment
         detail.append(f"result {j} (tensor {tensor}): recomputed {got.hex()}, trace has {r.commitment.hex()}")  # type: ignore[union-attr]
     return Verdict(correct, p.step, record.op, None, tuple(detail))

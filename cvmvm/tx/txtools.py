@@ -1,5 +1,5 @@
 """Making transaction files: from real runs (``cvmvm tx add``), from versions 1
-and 2 (``cvmvm tx convert``), and generated (``cvmvm tx demo N OUT``).
+to 3 (``cvmvm tx convert``), and generated (``cvmvm tx demo N OUT``).
 
 Every file is written to a temporary name and renamed: a reader sees the old
 file or the new one, never a mix.  A transaction carries its inputs as the
@@ -167,14 +167,15 @@ def append(path: Path, bodies: list[bytes]) -> int:
 
 
 def convert(source: Path, target: Path) -> int:
-    """A version 1 or 2 file -> a file of this version; return the count.
+    """A version 1, 2 or 3 file -> a file of this version; return the count.
 
     The framing is converted; each record is carried over byte for byte, and
-    only when this cvmvm reads it.  A transaction of commitment format 1 (every
-    file of version 1 or 2 made before format 2) is not: its model hash, input
-    hashes, output hash and trace root are format 1's, and its signature signs
-    those, so no format 2 claim can be made of it.  If any record is not
-    carried over, nothing is written and the error says which and why.
+    only when this cvmvm reads it.  A transaction of an older commitment format
+    (every record of a file made before this format) is not: its model hash,
+    input commitments, output hash and trace root are that format's, and its
+    signature signs those, so no claim of this format can be made of it.  If any
+    record is not carried over, nothing is written and the error says which and
+    why.
     """
     what = f"transaction file {source}"
     raw, _ = files.open_regular(source, "transaction file")
@@ -189,24 +190,26 @@ def convert(source: Path, target: Path) -> int:
                                                                          transactions.MAX_V1_BYTES))))
         else:
             records = transactions.frames(f, what)
-        format1: list[int] = []
+        old: dict[int, int] = {}   # record index -> its receipt's commitment format
         with files.output_stream(target, "NEW", reads=[source]) as out:
             writer = transactions.TxWriter(out)
             for r in records:
-                if transactions.format1_receipt(r.body):
-                    format1.append(r.index)
+                fmt = transactions.old_receipt(r.body)
+                if fmt is not None:
+                    old[r.index] = fmt
                     continue
                 try:
                     transactions.decode_tx(r.body)
                 except CvmError as e:
                     raise type(e)(e.reason, f"{what}: transaction {r.index}: {e.message}") from None
                 writer.add_record(r.body)
-            if format1:
-                shown = ", ".join(map(str, format1[:10])) + (", ..." if len(format1) > 10 else "")
-                raise MalformedError("txs_version", f"{what}: {len(format1)} of {writer.count + len(format1)} "
-                                                    f"transactions ({shown}) carry receipts of commitment format 1, "
-                                                    f"which cannot be carried over: their hashes and signatures "
-                                                    f"are format 1's.  Nothing was written; make the claims again "
-                                                    f"(`cvmvm run --receipt`, `cvmvm tx add`)")
+            if old:
+                shown = ", ".join(map(str, list(old)[:10])) + (", ..." if len(old) > 10 else "")
+                formats = " and ".join(map(str, sorted(set(old.values()))))
+                raise MalformedError("txs_version", f"{what}: {len(old)} of {writer.count + len(old)} "
+                                                    f"transactions ({shown}) carry receipts of commitment format "
+                                                    f"{formats}, which cannot be carried over: their hashes and "
+                                                    f"signatures are that format's.  Nothing was written; make the "
+                                                    f"claims again (`cvmvm run --receipt`, `cvmvm tx add`)")
             writer.close()
     return writer.count

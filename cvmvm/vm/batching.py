@@ -28,8 +28,7 @@ from isa.errors import CvmError, InputError
 from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
-from serializer.hashing import (Committer, chunk_root, input_commitment, outputs_hash, tensor_body, trace_leaf,
-                                trace_root, tree_roots)
+from serializer.hashing import Committer, chunk_root, input_commitment, outputs_hash, tensor_body, trace_root, tree_roots
 from serializer.model import Input, Model as ModelIR
 from cvmvm.vm.execute import execute, prepare_inputs
 from cvmvm.vm.trace import Tracer, program_layout
@@ -289,8 +288,7 @@ def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program, columns:
         rows = [_rows(v, plan[t], count) for t, v in zip(heads, values)]
         per_item = [tuple(r[i] for r in rows) for i in range(count)]
     results = []
-    trees = tree_roots([[trace_leaf(c) for c in column] if plan[t] else [trace_leaf(column[0])] * count
-                        for t, column in enumerate(commitments)])
+    trees = tree_roots(commitments)
     for own, tree, own_outputs in zip(zip(*commitments), trees, per_item):
         root = trace_root(layout.root, input_commitment(own[:first_param]), len(own), tree)
         results.append(TracedRun(own, outputs_hash([own[t] for t in heads]), root, program.ops, own_outputs))

@@ -6,8 +6,8 @@ tensor's position, the params' commitments, the program records, their tree and
 the program root.  A ``Tracer`` observes a run and commits each tensor once, as
 it is produced.
 
-Hashing is most of a traced run's extra cost.  A tensor's body is cut into
-blocks of ``BLOCK_CHUNKS`` chunks; the root of each block is computed by one of
+Hashing is most of a traced run's extra cost.  A large tensor's body (its
+chunks are 4096 bytes) is cut into blocks of ``BLOCK_CHUNKS`` chunks; the root of each block is computed by one of
 two hashing threads (hashlib releases the GIL on a chunk, so both cores hash
 while the next kernel runs), and the block roots fold into the chunk root:
 in an RFC 6962 tree the nodes at height m are exactly the roots of consecutive
@@ -34,7 +34,7 @@ import numpy as np
 from isa.errors import InternalError
 from isa.types import TensorType
 from serializer.hashing import (CHUNK_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, Committer, TraceEntry, audit_path,
-                                chunk_leaves, chunk_root, input_commitment, leaf_hash, program_root, trace_leaf, trace_root,
+                                chunk_leaves, chunk_root, input_commitment, leaf_hash, program_root, trace_root,
                                 tree_levels, tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.records.trace import entry_to_json, trace_doc
@@ -53,7 +53,6 @@ class ProgramLayout:
     levels: list[list[bytes]]                    # the records' tree
     dying: dict[int, frozenset[int]]             # the tensors execution frees once this one is made
     committers: tuple[Committer, ...]            # by tensor id (one per type)
-    param_leaves: tuple[bytes, ...]              # the params' trace leaves
 
     @functools.cached_property
     def root(self) -> bytes:
@@ -81,15 +80,15 @@ def _layout(program: Program) -> ProgramLayout:
     params = tuple(committers[n_in + k](p.value) for k, p in enumerate(model.params))
     records = [input_record(k, v.type) for k, v in enumerate(model.inputs)]
     records += [param_record(n_in + j, c) for j, c in enumerate(params)]
+    by_id = {n_in + j: c for j, c in enumerate(params)}
     records += [instr_record(s.index, s.op.name, [(t, types[t]) for t in s.inputs], [(t, types[t]) for t in s.outputs],
-                             s.attrs) for s in program.steps]
+                             s.attrs, by_id) for s in program.steps]
     records += [head_record(h, t) for h, t in enumerate(model.outputs)]
     counts = (n_in, len(model.params), len(program.steps), len(model.outputs), len(types))
     # The last output of step i is the tensor after which execution frees free_after[i].
     dying = {s.outputs[-1]: frozenset(program.free_after[s.index]) for s in program.steps}
     return ProgramLayout(tuple(positions), tuple(labels), params, counts, tuple(records),
-                         tree_levels([leaf_hash(r) for r in records]), dying, committers,
-                         tuple(trace_leaf(c) for c in params))
+                         tree_levels([leaf_hash(r) for r in records]), dying, committers)
 
 
 # By id(program), dropped when the program is.
@@ -143,18 +142,14 @@ def tensor_name(program: Program, tensor: int) -> str:
 
 @dataclass(frozen=True)
 class Trace:
-    """A run's trace: every tensor's commitment, the input commitment and the trace root.  Its
-    leaves, entries and tree levels are made when first asked for: most runs need only the root."""
+    """A run's trace: every tensor's commitment (the trace tree's leaves), the input commitment
+    and the trace root.  Its entries and tree levels are made when first asked for: most runs
+    need only the root."""
 
     commitments: tuple[bytes, ...]    # by tensor id
     inputs: bytes                     # the input commitment
     root: bytes                       # the trace root
     program: Program = field(compare=False, repr=False)
-
-    @functools.cached_property
-    def leaves(self) -> tuple[bytes, ...]:
-        """The trace tree's leaves: trace_leaf of each commitment, by tensor id."""
-        return _leaves(program_layout(self.program), self.commitments)
 
     @functools.cached_property
     def entries(self) -> tuple[Entry, ...]:
@@ -166,19 +161,11 @@ class Trace:
 
     @functools.cached_property
     def levels(self) -> list[list[bytes]]:
-        """The trace tree over the leaves."""
-        return tree_levels(self.leaves)
+        """The trace tree over the commitments."""
+        return tree_levels(self.commitments)
 
     def path(self, tensor: int) -> list[bytes]:
         return audit_path(self.levels, tensor)
-
-
-def _leaves(layout: ProgramLayout, commitments: tuple[bytes, ...]) -> tuple[bytes, ...]:
-    start, stop = layout.counts[0], layout.counts[0] + layout.counts[1]
-    # A param's leaf is the program's, unless the trace gives the param another commitment.
-    params = tuple(leaf if c == p else trace_leaf(c)
-                   for c, p, leaf in zip(commitments[start:stop], layout.params, layout.param_leaves))
-    return (*map(trace_leaf, commitments[:start]), *params, *map(trace_leaf, commitments[stop:]))
 
 
 def make_trace(program: Program, commitments: Sequence[bytes | None], root: bytes | None = None) -> Trace:
@@ -190,12 +177,9 @@ def make_trace(program: Program, commitments: Sequence[bytes | None], root: byte
         raise InternalError("trace", f"{missing} tensors of the run were never committed")
     known = cast("tuple[bytes, ...]", tuple(commitments))
     inputs = input_commitment(known[:layout.counts[0]])
-    if root is not None:
-        return Trace(known, inputs, root, program)
-    leaves = _leaves(layout, known)
-    trace = Trace(known, inputs, trace_root(layout.root, inputs, len(known), tree_root(leaves)), program)
-    trace.__dict__["leaves"] = leaves   # what the root was computed from, kept for paths
-    return trace
+    if root is None:
+        root = trace_root(layout.root, inputs, len(known), tree_root(known))
+    return Trace(known, inputs, root, program)
 
 
 # A hashing task: the root of this many chunks (1 MiB).  A power of two, so that
@@ -222,7 +206,8 @@ def _hashers() -> ThreadPoolExecutor:
 
 
 def _block_root(body: memoryview) -> bytes:
-    return tree_root(chunk_leaves(body))
+    # A block is part of a body of more than BACKGROUND_MIN_BYTES: its chunks are large ones.
+    return tree_root(chunk_leaves(body, CHUNK_SIZE))
 
 
 

@@ -2,22 +2,23 @@
 
 One record per input, param, instruction and head.  An instruction record
 carries what a checker needs about instruction K without the model: its op
-code, operand and result tensor ids and verified types, and every attribute in
-a fixed binary form the contract parses.  ``decode_instr`` is the strict
-inverse of ``instr_record``: it is what a step proof's checker reads.
+code, operand and result tensor ids and verified types, the commitment of each
+operand that is a param, and every attribute in a fixed binary form the
+contract parses.  ``decode_instr`` is the strict inverse of ``instr_record``:
+it is what a step proof's checker reads.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from isa.attrs import BOOL, INT, INTS, OPT_INT, STR, attr_fields, parse_attrs
 from isa.errors import CvmError, MalformedError
 from isa.table import OPCODE, OPS
 from isa.types import INT32, MAX_PRECISION, TensorType, check_shape
-from serializer.hashing import DTYPE_CODES, type_bytes
+from serializer.hashing import DTYPE_CODES, HASH_SIZE, type_bytes
 
 INPUT_RECORD, PARAM_RECORD, INSTR_RECORD, HEAD_RECORD = 0, 1, 2, 3
 MAX_RANK = 6
@@ -57,10 +58,13 @@ def param_record(tensor: int, commitment: bytes) -> bytes:
 
 
 def instr_record(index: int, op: str, inputs: Sequence[tuple[int, TensorType]],
-                 outputs: Sequence[tuple[int, TensorType]], attrs: Any) -> bytes:
+                 outputs: Sequence[tuple[int, TensorType]], attrs: Any, params: Mapping[int, bytes]) -> bytes:
+    """``params``: the commitment of every param of the program, by tensor id; each operand that
+    is one carries it after its type."""
     head = bytes([INSTR_RECORD]) + struct.pack("<IHBB", index, OPCODE[op], len(inputs), len(outputs))
-    typed = b"".join(struct.pack("<I", t) + type_bytes(ty) for t, ty in (*inputs, *outputs))
-    return head + typed + attrs_bytes(attrs)
+    operands = b"".join(struct.pack("<I", t) + type_bytes(ty) + params.get(t, b"") for t, ty in inputs)
+    results = b"".join(struct.pack("<I", t) + type_bytes(ty) for t, ty in outputs)
+    return head + operands + results + attrs_bytes(attrs)
 
 
 def head_record(h: int, tensor: int) -> bytes:
@@ -76,6 +80,7 @@ class InstrRecord:
     inputs: tuple[tuple[int, TensorType], ...]    # (tensor id, verified type), in order
     outputs: tuple[tuple[int, TensorType], ...]
     attrs: Any
+    params: tuple[bytes | None, ...]              # by operand: its commitment when it is a param
 
 
 class _Bytes:
@@ -140,19 +145,24 @@ def _attrs(b: _Bytes, record: type) -> Any:
         raise b.fail(e.message) from None
 
 
-def decode_instr(data: bytes, tensors: int, reason: str) -> InstrRecord:
-    """An instruction record, every field checked (op code, arity, tensor ids below ``tensors``,
-    types within the ISA's limits, attributes in their domains), all of it read;
-    ``malformed.<reason>`` otherwise."""
+def decode_instr(data: bytes, counts: Sequence[int], reason: str) -> InstrRecord:
+    """An instruction record of a program of ``counts`` (I, P, N, H, T: which tensor ids are
+    params), every field checked (op code, arity, tensor ids below T, types within the ISA's
+    limits, attributes in their domains), all of it read; ``malformed.<reason>`` otherwise."""
     def fail(message: str) -> MalformedError:
         return MalformedError(reason, f"instruction record: {message}")
 
+    n_inputs, n_params, _, _, tensors = counts
     b = _Bytes(data, fail)
     kind, index, code, n_in, n_out = b.unpack("<BIHBB")
     if kind != INSTR_RECORD or code >= len(OPS):
         raise fail(f"kind {kind}, op code {code}")
     op = OPS[code]
-    inputs = tuple(_type(b, tensors, f"operand {k}") for k in range(n_in))
+    inputs = []
+    params: list[bytes | None] = []
+    for k in range(n_in):
+        inputs.append(_type(b, tensors, f"operand {k}"))
+        params.append(b.take(HASH_SIZE) if n_inputs <= inputs[-1][0] < n_inputs + n_params else None)
     outputs = tuple(_type(b, tensors, f"result {j}") for j in range(n_out))
     attrs = _attrs(b, op.attrs)
     if b.at != len(data):
@@ -164,4 +174,4 @@ def decode_instr(data: bytes, tensors: int, reason: str) -> InstrRecord:
     if any(t != first + j for j, (t, _) in enumerate(outputs)) or any(t >= first for t, _ in inputs):
         raise fail(f"operands {[t for t, _ in inputs]} must precede results {[t for t, _ in outputs]}, "
                    f"which are consecutive")
-    return InstrRecord(index, op.name, inputs, outputs, attrs)
+    return InstrRecord(index, op.name, tuple(inputs), outputs, attrs, tuple(params))

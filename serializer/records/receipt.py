@@ -19,8 +19,8 @@ from serializer.hashing import HASH_SIZE
 from serializer.strict import Reader, pack
 
 RECEIPT_FORMAT = "cvmvm-receipt"
-RECEIPT_VERSION = 2
-SIGN_TAG = b"cvmvm/receipt/v2\x00"
+RECEIPT_VERSION = 3
+SIGN_TAG = b"cvmvm/receipt/v3\x00"
 MAX_RECEIPT_BYTES = 1 << 24
 PUBLIC_KEY_SIZE = 32
 SIGNATURE_SIZE = 64

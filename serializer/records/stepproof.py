@@ -20,7 +20,7 @@ from serializer.hashing import HASH_SIZE
 from serializer.strict import Reader, pack
 
 PROOF_FORMAT = "cvmvm-step-proof"
-PROOF_VERSION = 2
+PROOF_VERSION = 3
 MAX_PROOF_BYTES = 1 << 32
 MAX_COUNT = (1 << 32) - 1   # counts, ids and indices are u32 in the records
 MAX_PATH = 32               # an audit path of a tree of at most 2^32 leaves

@@ -25,11 +25,11 @@ from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer import strict
 from serializer.hashing import (HASH_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, input_commitment, leaf_hash,
-                                program_root, trace_leaf, trace_root, tree_root)
+                                program_root, trace_root, tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.strict import MAX_ITEMS, MAX_NAME, Reader
 
-TRACE_VERSION = 2
+TRACE_VERSION = 3
 TRACE_FORMAT = f"cvmvm-trace/{TRACE_VERSION}"
 # A trace entry is a few hundred bytes of JSON; parsed, each byte costs some ten of memory.
 MAX_TRACE_BYTES = 1 << 28
@@ -242,6 +242,7 @@ DOC_KEYS = {"format", "model_hash", "program_root", "input_commitment", "outputs
 def _program_root(entries: tuple[Entry, ...], heads: list[int], what: str) -> bytes:
     """The program root the entries and the output ids spell (FORMAT.md section 3)."""
     outputs: dict[int, list[int]] = {}
+    params = {e.tensor: e.commitment for e in entries if e.kind == PARAM}
     for e in entries:
         if e.kind == INSTR:
             outputs.setdefault(e.index, []).append(e.tensor)
@@ -263,7 +264,7 @@ def _program_root(entries: tuple[Entry, ...], heads: list[int], what: str) -> by
                                               f"{len(outputs[e.index])}")
             try:
                 records.append(instr_record(e.index, e.op, [(t, entries[t].type) for t in e.inputs],
-                                            [(t, entries[t].type) for t in outputs[e.index]], e.attrs))
+                                            [(t, entries[t].type) for t in outputs[e.index]], e.attrs, params))
             except (struct.error, ValueError) as exc:   # more operands than a record counts
                 raise MalformedError("trace", f"{what}: entries[{e.tensor}]: not an instruction record ({exc})") \
                     from None
@@ -305,7 +306,7 @@ def load_trace(data: bytes, what: str) -> TraceFile:
     inputs = input_commitment([e.commitment for e in entries if e.kind == INPUT]).hex()
     if inputs != hashes["input_commitment"]:
         raise MalformedError("trace", f"{what}: input_commitment is not that of its input entries ({inputs})")
-    tree = tree_root([trace_leaf(e.commitment) for e in entries])
+    tree = tree_root([e.commitment for e in entries])
     root = trace_root(bytes.fromhex(program), bytes.fromhex(inputs), len(entries), tree).hex()
     if root != hashes["root"]:
         raise MalformedError("trace", f"{what}: root {hashes['root']} is not the root of its entries ({root})")

@@ -8,11 +8,12 @@ more than one record, every record is bounded before it is read, and a
 record that does not decode is that transaction's fault alone: the frames
 around it still delimit the others.
 
-Version 3 is version 2's framing around records of commitment format 2 (their
-model hashes and receipts).  Versions 1 (one msgpack map holding every
-transaction) and 2 are only read by ``old_records``, for ``cvmvm tx convert``,
-which carries a record over only when this cvmvm reads it: a receipt of
-commitment format 1 (``format1_receipt``) never is.
+Version 4 is version 2's framing around records of commitment format 3 (their
+model hashes and receipts); version 3 held records of format 2, version 2 of
+format 1.  Versions 1 (one msgpack map holding every transaction), 2 and 3 are
+only read for ``cvmvm tx convert``, which carries a record over only when this
+cvmvm reads it: a receipt of an older commitment format (``old_receipt``)
+never is.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from serializer.records.receipt import Receipt
 from serializer.strict import Reader, pack, tensor_to_wire
 
 TXS_FORMAT = "cvmvm-txs"
-TXS_VERSION = 3
-FRAMED_VERSIONS = (2, 3)  # the versions with this framing (2: commitment format 1)
+TXS_VERSION = 4
+FRAMED_VERSIONS = (2, 3, 4)  # the versions with this framing
+# The commitment format of each older version's records (a receipt of version n is of format n).
+OLD_FORMATS = {1: 1, 2: 1, 3: 2}
 MAGIC = b"cvmvmtx\x00"
 HEADER = MAGIC + struct.pack("<I", TXS_VERSION)
 HEADER_SIZE = len(HEADER)
@@ -238,11 +241,16 @@ def check_header(head: bytes, what: str) -> None:
 
 def _header_error(head: bytes, what: str) -> MalformedError:
     version = header_version(head)
-    if version == 2 or (version is None and head and head.startswith(V1_PREFIX[:len(head)])):
-        old = f"version {version}" if version is not None else "version 1 (one msgpack map)"
-        return MalformedError("txs_version", f"{what}: a {old} transaction file, of commitment format 1; this cvmvm "
-                                             f"reads version {TXS_VERSION}: `cvmvm tx convert OLD NEW` carries over "
-                                             f"what it can (never a format 1 receipt)")
+    old = None
+    if version is None and head and head.startswith(V1_PREFIX[:len(head)]):
+        old, fmt = "version 1 (one msgpack map)", OLD_FORMATS[1]
+    elif version in FRAMED_VERSIONS and version in OLD_FORMATS:
+        old, fmt = f"version {version}", OLD_FORMATS[version]
+    if old is not None:
+        return MalformedError("txs_version", f"{what}: a {old} transaction file, of commitment format "
+                                             f"{fmt}; this cvmvm reads version {TXS_VERSION} "
+                                             f"(format {receipt.RECEIPT_VERSION}): `cvmvm tx convert OLD NEW` "
+                                             f"carries over what it can (never a receipt of an older format)")
     if version is not None:
         return MalformedError("txs_version", f"{what}: transaction file version {version}; this cvmvm "
                                              f"reads version {TXS_VERSION}")
@@ -305,7 +313,7 @@ def decode_txs(data: bytes) -> list[Transaction]:
     return out
 
 
-# -- versions 1 and 2 (cvmvm tx convert) -------------------------------------------------
+# -- versions 1 to 3 (cvmvm tx convert) -------------------------------------------------
 
 def _v1_from_wire(top: Any) -> list[bytes]:
     top = _READER.map(top, V1_KEYS, "txs file")
@@ -326,8 +334,8 @@ def decode_v1(data: bytes) -> list[bytes]:
 
 
 def file_version(head: bytes, what: str) -> int:
-    """The version of a transaction file from its first HEADER_SIZE bytes: 2 or this one for a
-    framed header (another is refused as ``check_header`` refuses it), else 1 (``decode_v1``
+    """The version of a transaction file from its first HEADER_SIZE bytes: one of
+    FRAMED_VERSIONS for a framed header (another is refused as ``check_header`` refuses it), else 1 (``decode_v1``
     then says what is wrong with a file that is not one).  After a framed header, ``frames``
     reads the records."""
     version = header_version(head)
@@ -338,14 +346,17 @@ def file_version(head: bytes, what: str) -> int:
     return version
 
 
-def format1_receipt(body: bytes) -> bool:
-    """Whether a record is a transaction of commitment format 1: its receipt says version 1.
-    (Such a record never decodes here: its model hash and every hash of its receipt are
-    format 1's, and its signature signs them.)"""
+def old_receipt(body: bytes) -> int | None:
+    """The commitment format of a record's receipt when it is older than this cvmvm's (a receipt
+    of version n is of format n), else None.  (Such a record never decodes here: its model hash
+    and every hash of its receipt are that format's, and its signature signs them.)"""
     try:
         top = msgpack.unpackb(body, raw=False, strict_map_key=True, max_str_len=strict.MAX_NAME,
                               max_bin_len=len(body), max_array_len=MAX_TX_INPUTS, max_map_len=16, max_ext_len=0)
     except (ValueError, msgpack.UnpackException, TypeError):
-        return False
+        return None
     claim = top.get("receipt") if type(top) is dict else None
-    return type(claim) is dict and claim.get("format") == receipt.RECEIPT_FORMAT and claim.get("version") == 1
+    if type(claim) is not dict or claim.get("format") != receipt.RECEIPT_FORMAT:
+        return None
+    version = claim.get("version")
+    return version if type(version) is int and 1 <= version < receipt.RECEIPT_VERSION else None

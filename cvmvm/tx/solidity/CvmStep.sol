@@ -7,7 +7,8 @@ pragma solidity 0.8.37;
 /// differs from the element re-executed here with cvmvm's integer semantics.  Anything else
 /// reverts with a reason (section 10.4), "step correct" included.
 contract CvmStep {
-    uint256 internal constant CHUNK = 4096;
+    uint256 internal constant CHUNK = 4096;        // the chunks of a body longer than this
+    uint256 internal constant SMALL_CHUNK = 256;   // the chunks of a body of at most CHUNK bytes
     int256 internal constant INT32_MIN = -2147483648;
 
     // Op codes: indices in isa/table.py's OPS (the ISA version of the native format).
@@ -48,9 +49,11 @@ contract CvmStep {
         uint256 lane;
         bool channelLast;
         uint256 body;       // bytes of its committed body
+        uint256 chunk;      // its chunk size
         uint256 nchunks;
         uint256 typeAt;     // calldata offset of its `type` bytes in the record
         uint256 typeLen;
+        uint256 param;      // a param operand: calldata offset of its commitment in the record; else 0
     }
 
     /// An operand or result: its type and the chunks the proof carries.
@@ -205,13 +208,13 @@ contract CvmStep {
         require(ok, "proof: path length");
     }
 
-    /// SHA-256("cvmvm/tensor/v2" || 0x00 || type || chunk root).
+    /// SHA-256("cvmvm/tensor/v3" || 0x00 || type || chunk root).
     function commitment(Tensor memory t, bytes32 chunkRoot) internal view returns (bytes32 h) {
         uint256 off = t.typeAt;
         uint256 n = t.typeLen;
         assembly {
             let p := mload(0x40)
-            mstore(p, "cvmvm/tensor/v2")           // 15 bytes, then the 0x00 separator
+            mstore(p, "cvmvm/tensor/v3")           // 15 bytes, then the 0x00 separator
             mstore8(add(p, 15), 0)
             calldatacopy(add(p, 16), off, n)
             mstore(add(add(p, 16), n), chunkRoot)
@@ -247,11 +250,12 @@ contract CvmStep {
             }
             t.channelLast = t.ndim == 4 && t.lane == 1;
             t.body = t.size * t.lane;
-            t.nchunks = (t.body + CHUNK - 1) / CHUNK;
+            t.chunk = t.body <= CHUNK ? SMALL_CHUNK : CHUNK;
+            t.nchunks = (t.body + t.chunk - 1) / t.chunk;
         }
     }
 
-    /// Reads the record's header and types; leaves the cursor off its attributes.
+    /// Reads the record's header, types and param commitments; leaves the cursor off its attributes.
     function record(Ctx memory x, uint256 off, uint256 len)
         internal pure returns (Operand[] memory ops, Tensor memory out)
     {
@@ -264,7 +268,9 @@ contract CvmStep {
             require(nout >= 1, "proof: record");
             ops = new Operand[](nin);
             for (uint256 k = 0; k < nin; k++) {
-                ops[k].t = tensorType(c, x.tensors);
+                Tensor memory t = tensorType(c, x.tensors);
+                if (t.id >= x.inputs && t.id < x.inputs + x.params) t.param = take(c, 32);
+                ops[k].t = t;
             }
             out = tensorType(c, x.tensors);
             for (uint256 k = 1; k < nout; k++) {
@@ -288,8 +294,8 @@ contract CvmStep {
                 uint256 ci = u32(c);
                 require(ci >= next && ci < o.t.nchunks, "proof: chunk");
                 next = ci + 1;
-                uint256 len = o.t.body - ci * CHUNK;
-                if (len > CHUNK) len = CHUNK;
+                uint256 len = o.t.body - ci * o.t.chunk;
+                if (len > o.t.chunk) len = o.t.chunk;
                 uint256 off = take(c, len);
                 (uint256 pat, uint256 pm) = hashes(c);
                 bytes32 r = climb(leafAt(off, len), ci, o.t.nchunks, pat, pm);
@@ -301,9 +307,10 @@ contract CvmStep {
         }
     }
 
+    /// A commitment at its trace leaf (the leaf is the commitment itself).
     function traceLeaf(Ctx memory x, bytes32 com, uint256 id, uint256 pat, uint256 pm) internal view {
         unchecked {
-            bytes32 tree = climb(sha256(abi.encodePacked(bytes1(0), com)), id, x.tensors, pat, pm);
+            bytes32 tree = climb(com, id, x.tensors, pat, pm);
             if (!x.traceSeen) {
                 x.traceTree = tree;
                 x.traceSeen = true;
@@ -313,7 +320,8 @@ contract CvmStep {
         }
     }
 
-    /// An operand: its path, its chunks, and its commitment where its tensor id says it is.
+    /// An operand: its path, its chunks, and its commitment where its tensor id says it is (a
+    /// param's is in the record, which the program root authenticates: it has no path).
     function operand(Cur memory c, Ctx memory x, Operand memory o) internal view {
         unchecked {
             (uint256 pat, uint256 pm) = hashes(c);
@@ -325,12 +333,17 @@ contract CvmStep {
                 o.data = new uint256[](0);
                 return;
             }
-            include(x, commitment(o.t, chunks(c, o, count)), o.t.id, pat, pm);
+            bytes32 com = commitment(o.t, chunks(c, o, count));
+            if (o.t.param != 0) {
+                require(pm == 0 && com == word(o.t.param), "operand not included");
+            } else {
+                include(x, com, o.t.id, pat, pm);
+            }
         }
     }
 
     /// A tensor's commitment where its id says it is: a model input (the input commitments), a
-    /// param (its program record) or any other tensor (its trace leaf).
+    /// param (its param record in the program) or any other tensor (its trace leaf).
     function include(Ctx memory x, bytes32 com, uint256 id, uint256 pat, uint256 pm) internal view {
         unchecked {
             if (id < x.inputs) {
@@ -363,7 +376,7 @@ contract CvmStep {
         counts(c, x);
         require(x.heads >= 1, "proof: counts");
         inputs(c, x, inputCommitment);
-        bytes memory preimage = abi.encodePacked("cvmvm/outputs/v2", bytes1(0), le32(x.heads));
+        bytes memory preimage = abi.encodePacked("cvmvm/outputs/v3", bytes1(0), le32(x.heads));
         for (uint256 h = 0; h < x.heads; h++) {
             uint256 id = u32(c);
             require(id < x.tensors, "proof: record");
@@ -379,11 +392,11 @@ contract CvmStep {
             preimage = abi.encodePacked(preimage, com);
         }
         require(c.p == c.end, "proof: trailing bytes");
-        require(sha256(abi.encodePacked("cvmvm/program/v2", bytes1(0), le32(x.inputs), le32(x.params),
+        require(sha256(abi.encodePacked("cvmvm/program/v3", bytes1(0), le32(x.inputs), le32(x.params),
                                         le32(x.instrs), le32(x.heads), le32(x.tensors), x.programTree))
                 == programRoot, "head not in program");
         if (x.traceSeen) {
-            require(sha256(abi.encodePacked("cvmvm/trace/v2", bytes1(0), programRoot, inputCommitment,
+            require(sha256(abi.encodePacked("cvmvm/trace/v3", bytes1(0), programRoot, inputCommitment,
                                             le32(x.tensors), x.traceTree)) == traceRoot, "trace root mismatch");
         }
         require(sha256(preimage) != outputHash, "outputs correct");
@@ -443,7 +456,7 @@ contract CvmStep {
             }
             committed = result(c, x, outT);
             require(c.p == c.end, "proof: trailing bytes");
-            require(sha256(abi.encodePacked("cvmvm/trace/v2", bytes1(0), programRoot, inputCommitment, le32(x.tensors),
+            require(sha256(abi.encodePacked("cvmvm/trace/v3", bytes1(0), programRoot, inputCommitment, le32(x.tensors),
                                             x.traceTree)) == traceRoot, "trace root mismatch");
         }
     }
@@ -451,7 +464,7 @@ contract CvmStep {
     /// The format version and the program root's counts.
     function counts(Cur memory c, Ctx memory x) internal pure {
         unchecked {
-            require(u8(c) == 2, "proof: version");
+            require(u8(c) == 3, "proof: version");
             x.inputs = u32(c);
             x.params = u32(c);
             x.instrs = u32(c);
@@ -469,7 +482,7 @@ contract CvmStep {
             uint256 from = x.inputList;
             uint256 n = 32 * x.inputs;
             assembly { calldatacopy(add(list, 32), from, n) }
-            require(sha256(abi.encodePacked("cvmvm/inputs/v2", bytes1(0), le32(x.inputs), list)) == inputCommitment,
+            require(sha256(abi.encodePacked("cvmvm/inputs/v3", bytes1(0), le32(x.inputs), list)) == inputCommitment,
                     "inputs not committed");
         }
     }
@@ -486,7 +499,7 @@ contract CvmStep {
             (uint256 pat, uint256 pm) = hashes(c);
             x.programTree = climb(leafAt(x.record, x.recordLen), x.inputs + x.params + x.step,
                                   x.inputs + x.params + x.instrs + x.heads, pat, pm);
-            require(sha256(abi.encodePacked("cvmvm/program/v2", bytes1(0), le32(x.inputs), le32(x.params),
+            require(sha256(abi.encodePacked("cvmvm/program/v3", bytes1(0), le32(x.inputs), le32(x.params),
                                             le32(x.instrs), le32(x.heads), le32(x.tensors), x.programTree))
                     == programRoot, "instruction not in program");
             inputs(c, x, inputCommitment);
@@ -501,9 +514,9 @@ contract CvmStep {
             (uint256 pat, uint256 pm) = hashes(c);
             bytes32 com = commitment(outT, chunks(c, out, 1));
             uint256 b = position(outT, x.element) * outT.lane;
-            require(out.index[0] == b / CHUNK, "proof: result chunk");
+            require(out.index[0] == b / outT.chunk, "proof: result chunk");
             traceLeaf(x, com, outT.id, pat, pm);
-            return laneAt(out.data[0] + b % CHUNK, outT.lane);
+            return laneAt(out.data[0] + b % outT.chunk, outT.lane);
         }
     }
 
@@ -557,7 +570,7 @@ contract CvmStep {
     function get(Operand memory o, uint256 idx) internal pure returns (int256) {
         unchecked {
             uint256 b = position(o.t, idx) * o.t.lane;
-            return laneAt(chunkAt(o, b / CHUNK) + b % CHUNK, o.t.lane);
+            return laneAt(chunkAt(o, b / o.t.chunk) + b % o.t.chunk, o.t.lane);
         }
     }
 
@@ -576,13 +589,15 @@ contract CvmStep {
         internal pure returns (int256 acc)
     {
         unchecked {
+            uint256 ca = a.t.chunk;
+            uint256 cb = b.t.chunk;
             while (n > 0) {
-                uint256 oa = pa % CHUNK;
-                uint256 ob = pb % CHUNK;
+                uint256 oa = pa % ca;
+                uint256 ob = pb % cb;
                 uint256 seg = n;
-                if (CHUNK - oa < seg) seg = CHUNK - oa;
-                if (CHUNK - ob < seg) seg = CHUNK - ob;
-                acc += dotBytes(chunkAt(a, pa / CHUNK) + oa, chunkAt(b, pb / CHUNK) + ob, seg);
+                if (ca - oa < seg) seg = ca - oa;
+                if (cb - ob < seg) seg = cb - ob;
+                acc += dotBytes(chunkAt(a, pa / ca) + oa, chunkAt(b, pb / cb) + ob, seg);
                 pa += seg;
                 pb += seg;
                 n -= seg;
