@@ -5,9 +5,9 @@
    carries the most bytes): a trace wrong at exactly that element is committed
    to CvmChallenge in py-evm and refuted; printed are the proof's calldata
    bytes and the transaction's gas (execution, plus EIP-2028 calldata and the
-   EIP-7623 floor, whichever is higher, plus 21,000).  The same for every digits
-   instruction.
-2. Traced run time of perf and perf-large with commitment format 2 against
+   EIP-7623 floor, whichever is higher, plus 21,000).  For every digits
+   instruction, the worst of all its elements, each challenged.
+2. Traced run time of perf and perf-large with commitment format 3 against
    format 1 (one SHA-256 per whole int32 tensor, the previous tracer's work)
    and against untraced runs, interleaved, median of --repeat.
 
@@ -139,15 +139,16 @@ def challenges(chain: Chain, sample: int) -> None:
     print(f"\nworst: {worst_bytes / 1024:.1f} KiB of calldata (target <= 100 KiB), {worst_gas:,} gas "
           f"(target <= 3,000,000)")
     digits = Run("digits")
-    print("\n## challenges on digits: every instruction, its worst sampled element")
-    print("| instruction | op | calldata | gas |")
-    print("|---|---|---|---|")
+    print("\n## challenges on digits: every instruction, its worst element (every element challenged)")
+    print("| instruction | op | element | calldata | gas |")
+    print("|---|---|---|---|---|")
     for s in digits.program.steps:
-        size = s.out_types[0].size
-        candidates = sorted({0, size // 2, size - 1, *(rnd.randrange(size) for _ in range(8))})
-        index = max(candidates, key=lambda e: digits.proof_bytes(s.index, e))
-        data, gas = digits.refutation(chain, s.index, index)
-        print(f"| {s.index} | {s.op.name} | {data:,} B | {gas:,} |")
+        tried = []
+        for e in range(s.out_types[0].size):
+            data, gas = digits.refutation(chain, s.index, e)
+            tried.append((gas, e, data))
+        gas, index, data = max(tried)
+        print(f"| {s.index} | {s.op.name} | {index} | {data:,} B | {gas:,} |")
     print(f"\ndeployed code: {chain.deployed} bytes (EIP-170 limit 24,576)")
 
 
@@ -197,7 +198,7 @@ class V1Tracer:
 
 def traced_times(repeat: int) -> None:
     print("\n## traced run time, median (and fastest) of", repeat, "interleaved rounds, ms")
-    print("| model | untraced | format 1 traced | format 2 traced | v2 / untraced | v1 / untraced |")
+    print("| model | untraced | format 1 traced | format 3 traced | v3 / untraced | v1 / untraced |")
     print("|---|---|---|---|---|---|")
     cpus: dict[str, dict[str, float]] = {}
     for name in ("perf", "perf-large"):
@@ -210,7 +211,7 @@ def traced_times(repeat: int) -> None:
             execute(program, feeds, tracer)
             tracer.finish()
 
-        ways = {"untraced": lambda: model.run(feeds), "v1": v1, "v2": lambda: model.run(feeds, trace=True)}
+        ways = {"untraced": lambda: model.run(feeds), "v1": v1, "v3": lambda: model.run(feeds, trace=True)}
         for way in ways.values():   # warm: params committed once per program, BLAS threads up
             way()
         times: dict[str, list[float]] = {k: [] for k in ways}
@@ -225,18 +226,18 @@ def traced_times(repeat: int) -> None:
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         low = {k: min(v) * 1e3 for k, v in times.items()}
         print(f"| {name} | {med['untraced']:.1f} ({low['untraced']:.1f}) | {med['v1']:.1f} ({low['v1']:.1f}) | "
-              f"{med['v2']:.1f} ({low['v2']:.1f}) | {med['v2'] / med['untraced']:.2f}x ({low['v2'] / low['untraced']:.2f}x) | "
+              f"{med['v3']:.1f} ({low['v3']:.1f}) | {med['v3'] / med['untraced']:.2f}x ({low['v3'] / low['untraced']:.2f}x) | "
               f"{med['v1'] / med['untraced']:.2f}x ({low['v1'] / low['untraced']:.2f}x) |")
     print("\nCPU time per run (all threads of this process, median, ms): what hashing costs, whatever else runs")
-    print("| model | untraced | format 1 traced | format 2 traced |")
+    print("| model | untraced | format 1 traced | format 3 traced |")
     print("|---|---|---|---|")
     for name, c in cpus.items():
-        print(f"| {name} | {c['untraced']:.1f} | {c['v1']:.1f} | {c['v2']:.1f} |")
+        print(f"| {name} | {c['untraced']:.1f} | {c['v1']:.1f} | {c['v3']:.1f} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sample", type=int, default=40, help="random elements tried per instruction")
+    ap.add_argument("--sample", type=int, default=40, help="random elements tried per perf-large instruction")
     ap.add_argument("--repeat", type=int, default=15, help="timed runs per configuration")
     ap.add_argument("--only", choices=("challenges", "times"), help="one half only")
     args = ap.parse_args()

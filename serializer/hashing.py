@@ -232,6 +232,62 @@ def root_from_path(leaf: bytes, index: int, count: int, path: Sequence[bytes]) -
     return r if sn == 0 else None
 
 
+def meeting_level(a: int, b: int) -> int:
+    """The lowest level at which leaves a and b have one ancestor (level 0: the leaves)."""
+    return (a ^ b).bit_length()
+
+
+def sibling_levels(index: int, count: int, below: int) -> int:
+    """How many of the levels under ``below`` give leaf ``index``'s ancestor a sibling: the
+    entries of its audit path that lie below that level (a carried node has none)."""
+    fn, sn, k = index, count - 1, 0
+    for _ in range(below):
+        if fn & 1 or fn < sn:
+            k += 1
+        fn >>= 1
+        sn >>= 1
+    return k
+
+
+def shared_path(path: Sequence[bytes], index: int, first: int, count: int) -> list[bytes]:
+    """Leaf ``index``'s audit path as a proof carries it after leaf ``first``'s in the same tree:
+    only its entries below the level where its ancestor is the sibling of ``first``'s (FORMAT.md
+    section 9), none for the same leaf."""
+    if index == first:
+        return []
+    return list(path[:sibling_levels(index, count, meeting_level(index, first) - 1)])
+
+
+def node_from_path(leaf: bytes, index: int, count: int, path: Sequence[bytes], levels: int) -> bytes | None:
+    """Leaf ``index``'s ancestor ``levels`` levels up, from the path's entries below it, or None
+    when the path does not have exactly the entries those levels need."""
+    if not 0 <= index < count or len(path) > 64 or any(len(h) != HASH_SIZE for h in path):
+        return None
+    fn, sn, r, k = index, count - 1, leaf, 0
+    for _ in range(levels):
+        if fn & 1 or fn < sn:
+            if k == len(path):
+                return None
+            r = inner_hash(path[k], r) if fn & 1 else inner_hash(r, path[k])
+            k += 1
+        fn >>= 1
+        sn >>= 1
+    return r if k == len(path) else None
+
+
+def joins(leaf: bytes, index: int, path: Sequence[bytes], first_leaf: bytes, first: int,
+          first_path: Sequence[bytes], count: int) -> bool:
+    """Whether leaf ``index`` with its shared path (``shared_path``) is in the tree that leaf
+    ``first`` and its full audit path give: its ancestor below the meeting level is the entry
+    of the first path there."""
+    if index == first:
+        return leaf == first_leaf and not path
+    below = meeting_level(index, first) - 1
+    node = node_from_path(leaf, index, count, path, below)
+    k = sibling_levels(first, count, below)
+    return node is not None and k < len(first_path) and node == first_path[k]
+
+
 # -- tensors -------------------------------------------------------------------------------------
 
 def chunk_leaves(body: memoryview, size: int) -> list[bytes]:

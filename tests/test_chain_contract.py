@@ -176,7 +176,10 @@ def test_revert_reasons(verifier, digits_run):
     moved = dataclasses.replace(first, chunks=(Chunk(1, chunk.data, chunk.path),))
     assert verifier(replace(ok, operands=(moved, *ok.operands[1:])), run.roots) == "proof: chunk"
     bare = Operand(b"", (), ())
-    assert verifier(replace(ok, operands=(bare, *ok.operands[1:])), run.roots) == "proof: chunk missing"
+    # Without operand 0's trace path the result's is the first of the proof: a full one.
+    full = dataclasses.replace(ok.results[0], path=tuple(run.trace.path(run.program.steps[6].outputs[0])))
+    assert verifier(replace(ok, operands=(bare, *ok.operands[1:]), results=(full,)), run.roots) == "proof: chunk missing"
+    assert verifier(replace(ok, operands=(bare, *ok.operands[1:])), run.roots) == "proof: path length"
     wrong_path = dataclasses.replace(first, path=(b"\1" * 32, *first.path[1:]))
     assert verifier(replace(ok, operands=(wrong_path, *ok.operands[1:])), run.roots) == "operand not included"
     # The weight is a param: its commitment is in the record, so it has no path, and its chunks
@@ -190,8 +193,16 @@ def test_revert_reasons(verifier, digits_run):
                                                                               c.path)))
     assert verifier(replace(ok, operands=(first, altered, ok.operands[2])), run.roots) == "operand not included"
     assert verifier(good, (b"\1" * 32, inputs, trace)) == "instruction not in program"
-    assert verifier(good, (root, b"\1" * 32, trace)) == "inputs not committed"
     assert verifier(good, (root, inputs, b"\1" * 32)) == "trace root mismatch"
+    # No operand of step 6 is a model input: the proof carries no input commitments, and the
+    # committed input commitment is the one the trace root binds.
+    model_input = run.trace.commitments[0]
+    assert model_input not in good
+    assert verifier(good, (root, b"\1" * 32, trace)) == "trace root mismatch"
+    # Step 0 reads the model input: its proof carries them, and they must be the committed ones.
+    first_step = calldata_proof(run.proof(0, 3))
+    assert model_input in first_step and verifier(first_step, run.roots) == "step correct"
+    assert verifier(first_step, (root, b"\1" * 32, trace)) == "inputs not committed"
 
 
 def one_op(op: str, inputs: list[np.ndarray], attrs: dict, precisions: list[int]) -> Run:

@@ -26,8 +26,8 @@ from isa.errors import CvmError, InputError, MalformedError
 from isa.table import OP_BY_NAME
 from isa.types import TensorType
 from serializer.hashing import (audit_path, body_length, chunk_count, chunk_leaves, chunk_root, chunk_size, commitment_of,
-                                input_commitment, lane_width, leaf_hash, positions, program_root, root_from_path,
-                                tensor_body, tensor_commitment, tensor_from_body, trace_root, tree_levels)
+                                input_commitment, joins, lane_width, leaf_hash, positions, program_root, root_from_path,
+                                shared_path, tensor_body, tensor_commitment, tensor_from_body, trace_root, tree_levels)
 from serializer.records.program import InstrRecord, decode_instr
 from serializer.records.stepproof import Chunk, Head, Operand, Result, StepProof
 from cvmvm.vm.api import Model
@@ -53,12 +53,15 @@ def _chunk_size(t: TensorType) -> int:
 
 
 def chunks_of(value: np.ndarray, t: TensorType, wanted: Sequence[int]) -> tuple[Chunk, ...]:
-    """Chunks ``wanted`` of a tensor's body, each with its audit path in the tensor's chunk tree."""
+    """Chunks ``wanted`` of a tensor's body, ascending, each with its path in the tensor's chunk
+    tree: the first one's full audit path, each later one's shared with it (``shared_path``)."""
     body = tensor_body(value, t)
     size = _chunk_size(t)
     levels = tree_levels(chunk_leaves(body, size))
-    return tuple(Chunk(i, bytes(body[i * size:(i + 1) * size]), tuple(audit_path(levels, i)))
-                 for i in sorted(set(wanted)))
+    indices = sorted(set(wanted))
+    paths = [audit_path(levels, i) for i in indices]
+    paths[1:] = [shared_path(path, i, indices[0], len(levels[0])) for i, path in zip(indices[1:], paths[1:])]
+    return tuple(Chunk(i, bytes(body[i * size:(i + 1) * size]), tuple(path)) for i, path in zip(indices, paths))
 
 
 def footprint_chunks(t: TensorType, reads: np.ndarray) -> list[int]:
@@ -77,14 +80,21 @@ def make_proof(program: Program, trace: Trace, values: Mapping[int, np.ndarray],
     s = program.steps[step]
     types = program.types
     n_in, n_params = layout.counts[0], layout.counts[1]
+    first: list[int] = []   # the first tensor whose trace path the proof carries
 
     def path(t: int) -> tuple[bytes, ...]:
-        # A model input's commitment is among the proof's inputs, a param's in the record.
-        return () if t < n_in + n_params else tuple(trace.path(t))
+        # A model input's commitment is among the proof's inputs, a param's in the record; every
+        # trace path after the first is shared with it.
+        if t < n_in + n_params:
+            return ()
+        if not first:
+            first.append(t)
+            return tuple(trace.path(t))
+        return tuple(shared_path(trace.path(t), t, first[0], len(types)))
 
     if element is None:
         operands = tuple(Operand(bytes(tensor_body(values[t], types[t])), (), path(t)) for t in s.inputs)
-        results = tuple(Result(trace.entries[t].commitment, None, tuple(trace.path(t))) for t in s.outputs)
+        results = tuple(Result(trace.entries[t].commitment, None, path(t)) for t in s.outputs)
     else:
         out = s.outputs[0]
         if s.op.name not in elements.COVERED:
@@ -96,7 +106,7 @@ def make_proof(program: Program, trace: Trace, values: Mapping[int, np.ndarray],
         operands = tuple(Operand(b"", chunks_of(values[t], types[t], wanted), path(t) if wanted else ())
                          for t, r in zip(s.inputs, reads) for wanted in (footprint_chunks(types[t], r),))
         (held,) = chunks_of(values[out], types[out], footprint_chunks(types[out], np.array([element])))
-        results = (Result(None, held, tuple(trace.path(out))),)
+        results = (Result(None, held, path(out)),)
     leaf = layout.instruction_leaf(step)
     return StepProof(layout.counts, trace.commitments[:n_in], step, layout.records[leaf], tuple(layout.path(leaf)),
                      element, operands, results)
@@ -201,17 +211,24 @@ class Verdict:
 
 
 class _Auth:
-    """Where each commitment of a proof comes from, and the one trace tree its paths must all reach."""
+    """Where each commitment of a proof comes from, and the one trace tree its paths must all
+    reach: the first trace path gives the tree, every later one joins the first (shared paths)."""
 
     def __init__(self, p: StepProof) -> None:
         self.p = p
         self.trace_tree: bytes | None = None
+        self.first: tuple[bytes, int, Sequence[bytes]] = (b"", 0, ())   # the first trace leaf, its index and path
 
     def trace(self, commitment: bytes, tensor: int, path: Sequence[bytes], what: str) -> None:
-        tree = root_from_path(commitment, tensor, self.p.counts[4], path)
-        if tree is None or (self.trace_tree is not None and tree != self.trace_tree):
+        count = self.p.counts[4]
+        if self.trace_tree is None:
+            tree = root_from_path(commitment, tensor, count, path)
+            if tree is None:
+                raise _not_included(f"{what}: its commitment and path do not reach a trace tree")
+            self.trace_tree = tree
+            self.first = (commitment, tensor, path)
+        elif not joins(commitment, tensor, path, self.first[0], self.first[1], self.first[2], count):
             raise _not_included(f"{what}: its commitment and path do not reach the trace tree")
-        self.trace_tree = tree
 
     def operand(self, commitment: bytes, tensor: int, param: bytes | None, path: Sequence[bytes], what: str) -> None:
         """``param``: the commitment the record gives the operand when it is a param."""
@@ -225,23 +242,33 @@ class _Auth:
             self.trace(commitment, tensor, path, what)
 
 
-def _chunk_root(c: Chunk, t: TensorType, what: str) -> bytes:
-    """A chunk's size checked against its tensor, and the chunk root its path gives."""
+def _sized(c: Chunk, t: TensorType, what: str) -> None:
+    """A chunk's index and size checked against its tensor."""
     count = chunk_count(t)
     size = _chunk_size(t)
     if c.index >= count or len(c.data) != min(size, body_length(t) - c.index * size):
         raise _malformed(f"{what}: chunk {c.index} of {count} has {len(c.data)} bytes")
-    root = root_from_path(leaf_hash(c.data), c.index, count, c.path)
+
+
+def _chunk_root(c: Chunk, t: TensorType, what: str) -> bytes:
+    """The chunk root a chunk and its full audit path give."""
+    _sized(c, t, what)
+    root = root_from_path(leaf_hash(c.data), c.index, chunk_count(t), c.path)
     if root is None:
-        raise _not_included(f"{what}: chunk {c.index}'s path does not fit a tree of {count} chunks")
+        raise _not_included(f"{what}: chunk {c.index}'s path does not fit a tree of {chunk_count(t)} chunks")
     return root
 
 
 def _chunks_root(chunks: Sequence[Chunk], t: TensorType, what: str) -> bytes:
-    roots = {_chunk_root(c, t, f"{what}, chunk {c.index}") for c in chunks}
-    if len(roots) != 1:
-        raise _not_included(f"{what}: its chunks' paths reach different chunk roots")
-    return roots.pop()
+    """The chunk root the first chunk's path gives; every later chunk's shared path must join it."""
+    first = chunks[0]
+    root = _chunk_root(first, t, f"{what}, chunk {first.index}")
+    for c in chunks[1:]:
+        _sized(c, t, f"{what}, chunk {c.index}")
+        if not joins(leaf_hash(c.data), c.index, c.path, leaf_hash(first.data), first.index, first.path,
+                     chunk_count(t)):
+            raise _not_included(f"{what}, chunk {c.index}: its path does not join the first chunk's")
+    return root
 
 
 def _structure(p: StepProof) -> InstrRecord:

@@ -15,8 +15,10 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from isa.errors import MalformedError
 from serializer import strict
 from serializer.hashing import HASH_SIZE
+from serializer.records.program import decode_instr
 from serializer.strict import Reader, pack
 
 PROOF_FORMAT = "cvmvm-step-proof"
@@ -169,8 +171,16 @@ def calldata_proof(p: StepProof) -> bytes:
     if p.element is None:
         raise ValueError("only an element proof has a calldata form")
     (result,) = p.results
+    # The input commitments only when an operand is a model input: the contract has the input
+    # commitment itself, and needs the list only to open such an operand.  (A record that does not
+    # decode is refused before anything after it is read.)
+    try:
+        needed = any(t < p.counts[0] for t, _ in decode_instr(p.record, p.counts, "step_proof").inputs)
+    except MalformedError:
+        needed = True
+    inputs = b"".join(p.inputs) if needed else b""
     out = [bytes([PROOF_VERSION]), struct.pack("<5I", *p.counts), struct.pack("<II", p.step, p.element),
-           struct.pack("<I", len(p.record)), p.record, _hashes(p.path), b"".join(p.inputs)]
+           struct.pack("<I", len(p.record)), p.record, _hashes(p.path), inputs]
     for o in p.operands:
         out += [_hashes(o.path), struct.pack("<I", len(o.chunks)), *(_binary_chunk(c) for c in o.chunks)]
     out += [_hashes(result.path), _binary_chunk(result.chunk)]   # type: ignore[arg-type]
