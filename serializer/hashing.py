@@ -308,7 +308,29 @@ def chunk_root(body: memoryview) -> bytes:
     size = chunk_size(len(body))
     if len(body) <= size:
         return leaf_hash(body)
-    return tree_root(chunk_leaves(body, size))
+    return blocks_root(body, size)
+
+
+def blocks_root(body: memoryview, size: int) -> bytes:
+    """``tree_root(chunk_leaves(body, size))`` of a body of at least two chunks: each pair of leaves
+    is hashed straight into its parent (no list of leaves), then ``tree_root`` folds the parents."""
+    copy = _LEAF_STATE.copy
+    pair = _INNER_STATE.copy
+    n = len(body)
+    parents = []
+    for i in range(0, n, 2 * size):
+        h = copy()
+        h.update(body[i:i + size])
+        if i + size < n:
+            right = copy()
+            right.update(body[i + size:i + 2 * size])
+            p = pair()
+            p.update(h.digest())
+            p.update(right.digest())
+            parents.append(p.digest())
+        else:
+            parents.append(h.digest())
+    return tree_root(parents)
 
 
 def commitment_of(t: TensorType, chunk_root: bytes) -> bytes:
@@ -353,7 +375,7 @@ class Committer:
             leaf.update(body)
             root = leaf.digest()
         else:
-            root = tree_root(chunk_leaves(body, self.chunk))
+            root = blocks_root(body, self.chunk)
         h = self._prefix.copy()
         h.update(root)
         return h.digest()
