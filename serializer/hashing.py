@@ -189,13 +189,22 @@ def tree_roots(trees: Sequence[Sequence[bytes]]) -> list[bytes]:
     (tests/test_hashing.py checks it against tree_root)."""
     if not trees:
         raise ValueError("a tree has at least one leaf")
-    level = [list(column) for column in trees]
+    level = list(trees)
+    copy = _INNER_STATE.copy
     while len(level) > 1:
-        paired = [[inner_hash(a, b) for a, b in zip(left, right)] for left, right in zip(level[0::2], level[1::2])]
+        paired = []
+        for left, right in zip(level[0::2], level[1::2]):
+            up = []
+            for a, b in zip(left, right):
+                h = copy()
+                h.update(a)
+                h.update(b)
+                up.append(h.digest())
+            paired.append(up)
         if len(level) % 2:
             paired.append(level[-1])
         level = paired
-    return level[0]
+    return list(level[0])
 
 
 def audit_path(levels: list[list[bytes]], index: int) -> list[bytes]:
@@ -314,23 +323,32 @@ def chunk_root(body: memoryview) -> bytes:
 def blocks_root(body: memoryview, size: int) -> bytes:
     """``tree_root(chunk_leaves(body, size))`` of a body of at least two chunks: each pair of leaves
     is hashed straight into its parent (no list of leaves), then ``tree_root`` folds the parents."""
+    return rows_roots(body, len(body), size)[0]
+
+
+def rows_roots(body: memoryview, length: int, size: int) -> list[bytes]:
+    """``blocks_root`` of each ``length``-byte part of the body in turn (the rows of a batched
+    run's tensor), in one loop."""
     copy = _LEAF_STATE.copy
     pair = _INNER_STATE.copy
-    n = len(body)
-    parents = []
-    for i in range(0, n, 2 * size):
-        h = copy()
-        h.update(body[i:i + size])
-        if i + size < n:
-            right = copy()
-            right.update(body[i + size:i + 2 * size])
-            p = pair()
-            p.update(h.digest())
-            p.update(right.digest())
-            parents.append(p.digest())
-        else:
-            parents.append(h.digest())
-    return tree_root(parents)
+    roots = []
+    for start in range(0, len(body), length):
+        end = start + length
+        parents = []
+        for i in range(start, end, 2 * size):
+            h = copy()
+            h.update(body[i:min(i + size, end)])
+            if i + size < end:
+                right = copy()
+                right.update(body[i + size:min(i + 2 * size, end)])
+                p = pair()
+                p.update(h.digest())
+                p.update(right.digest())
+                parents.append(p.digest())
+            else:
+                parents.append(h.digest())
+        roots.append(tree_root(parents))
+    return roots
 
 
 def commitment_of(t: TensorType, chunk_root: bytes) -> bytes:

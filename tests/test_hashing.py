@@ -272,6 +272,50 @@ def test_tree_roots_of_many_trees_are_each_trees_root(n):
     assert cm.tree_roots(by_position) == [ref_tree(t) for t in trees]
 
 
+def ref_shared(leaves: list[bytes], j: int, f: int) -> list[bytes]:
+    """FORMAT.md section 9, from its text: leaf j's audit path, cut below the level where j's
+    ancestor is the sibling of f's (the level under the lowest one where they have one ancestor);
+    none for j = f."""
+    if j == f:
+        return []
+    n = len(leaves)
+    meet = next(level for level in range(64) if j >> level == f >> level)
+    width, index, kept = n, j, 0
+    for level in range(meet - 1):
+        if index ^ 1 < width:            # the ancestor has a sibling at this level: a path entry
+            kept += 1
+        width, index = (width + 1) // 2, index // 2
+    return ref_path(leaves, j)[:kept]
+
+
+def test_shared_paths_match_the_reference_for_every_size_to_40():
+    rnd = random.Random(9)
+    for n in range(1, 41):
+        leaves = [rnd.randbytes(32) for _ in range(n)]
+        for f in range(n):
+            first = ref_path(leaves, f)
+            for j in range(n):
+                shared = cm.shared_path(ref_path(leaves, j), j, f, n)
+                assert shared == ref_shared(leaves, j, f)
+                assert cm.joins(leaves[j], j, shared, leaves[f], f, first, n)
+                assert not cm.joins(rnd.randbytes(32), j, shared, leaves[f], f, first, n)
+                assert not cm.joins(leaves[j], j, [*shared, first[0] if first else leaves[f]], leaves[f], f, first, n)
+                if shared:
+                    assert not cm.joins(leaves[j], j, shared[:-1], leaves[f], f, first, n)
+                    bad = bytearray(shared[-1])
+                    bad[0] ^= 1
+                    assert not cm.joins(leaves[j], j, [*shared[:-1], bytes(bad)], leaves[f], f, first, n)
+
+
+def test_shared_path_example():
+    """FORMAT.md section 9's example: the trace of section 4 opened at add (tensor 2), then at rs
+    (tensor 3), its sibling: rs's path is empty, and add's first entry is rs's commitment."""
+    leaves = [sha(bytes([k])) for k in range(4)]
+    assert ref_path(leaves, 2) == [leaves[3], sha(b"\x01" + leaves[0] + leaves[1])]
+    assert ref_shared(leaves, 3, 2) == [] and ref_shared(leaves, 0, 2) == [leaves[1]]
+    assert ref_shared(leaves, 1, 2) == [leaves[0]] and ref_shared(leaves, 2, 2) == []
+
+
 def test_a_path_must_be_exact():
     rnd = random.Random(8)
     leaves = [rnd.randbytes(32) for _ in range(11)]

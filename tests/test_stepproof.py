@@ -239,6 +239,33 @@ def test_a_param_operand_is_authenticated_by_its_record(element):
         assert code_of(decode_instr, proof.record, counts, "step_proof") == "malformed.step_proof"
 
 
+def test_later_paths_are_shared_with_the_first():
+    """The first trace path of a proof, and the first chunk path of an operand, are full; every
+    later one stops where it meets the first (FORMAT.md section 9): a full path there is refused."""
+    from serializer.hashing import audit_path, chunk_leaves, tensor_body, tree_levels
+    model = mlp_model()
+    proof, trace = stepproof.prove_step(model, X, 1, 1)   # dense(tensor 4, w, b) -> tensor 5, 4's sibling
+    assert len(proof.operands[0].path) == 3 and proof.results[0].path == ()
+    assert stepproof.check_step(proof, *roots(model, trace)).correct
+    full = dataclasses.replace(proof.results[0], path=tuple(trace.path(5)))
+    assert code_of(stepproof.check_step, dataclasses.replace(proof, results=(full,)),
+                   *roots(model, trace)) == "input.not_included"
+    # digits' second convolution at output channel 7: its weights straddle chunks 1 and 2.
+    digits = digits_model()
+    image = np.load(REPO / "fixtures" / "models" / "digits" / "test_inputs.npy")[0]
+    proof, trace = stepproof.prove_step(digits, {"data": image}, 6, 119)
+    weight = proof.operands[1]
+    assert [c.index for c in weight.chunks] == [1, 2] and [len(c.path) for c in weight.chunks] == [3, 1]
+    assert stepproof.check_step(proof, *roots(digits, trace)).correct
+    values = committed_run(digits, {"data": image})
+    w = tensor_body(values[4], digits.program.types[4])
+    unshared = dataclasses.replace(weight.chunks[1], path=tuple(audit_path(tree_levels(chunk_leaves(w, 256)), 2)))
+    altered = dataclasses.replace(weight, chunks=(weight.chunks[0], unshared))
+    assert code_of(stepproof.check_step, dataclasses.replace(proof, operands=(proof.operands[0], altered,
+                                                                              proof.operands[2])),
+                   *roots(digits, trace)) == "input.not_included"
+
+
 def test_ops_without_element_proofs():
     model = pair_model()
     inputs = {"a": np.array([[1, 2, 3], [4, 5, 6]], np.int32), "b": np.array([[7, 8, 9], [1, 1, 1]], np.int32)}
