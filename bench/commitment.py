@@ -1,4 +1,4 @@
-"""Choosing commitment format v2's chunk size and element order by measurement.
+"""Choosing the commitment format's chunk size and element order by measurement.
 
 For each candidate (element order inside a tensor, chunk size), in one run:
 
@@ -12,9 +12,12 @@ For each candidate (element order inside a tensor, chunk size), in one run:
   of the real bytes, plus execution from unit costs measured on py-evm:
   ``--units`` prints them when titanoboa and node are installed).
 
-    python bench/commitment.py [--sizes 1024,2048,4096,8192] [--sample 200]
+    python bench/commitment.py [--sizes 1024,2048,4096,8192,format] [--sample 200]
 
-Prints measurements only; docs/FORMAT.md section 10.5 records the choice.
+A size is a chunk size for every tensor, or ``format``: the format's own rule,
+``serializer.hashing.chunk_size`` of each tensor's body (256 bytes up to 4096,
+else 4096).  Prints measurements only; docs/FORMAT.md section 10.5 records the
+choice (bench/chain.py measures the contract itself).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import cvmvm  # noqa: E402  (sets OPENBLAS_THREAD_TIMEOUT before numpy starts its threads)
+from serializer.hashing import chunk_size  # noqa: E402
 from cvmvm.tx import element  # noqa: E402
 from cvmvm.vm.execute import execute  # noqa: E402
 
@@ -81,8 +85,17 @@ def encode(order: str, value: np.ndarray, lane: int) -> np.ndarray:
     return value.astype(LANE_DTYPES[lane]) if lane != 4 else np.ascontiguousarray(value, dtype="<i4")
 
 
+FORMAT = 0   # a size: the format's rule, by body length
+
+
+def chunk_of(size: int, length: int) -> int:
+    """The chunk size a candidate gives a body of ``length`` bytes."""
+    return chunk_size(length) if size == FORMAT else size
+
+
 def chunk_tree(buf: memoryview, size: int) -> bytes:
     """RFC 6962-shaped root over SHA-256(0x00 || chunk) leaves (pairs from the left, odd one promoted)."""
+    size = chunk_of(size, len(buf))
     base = hashlib.sha256(b"\x00")
     level = []
     for i in range(0, max(len(buf), 1), size):
@@ -166,10 +179,11 @@ def dispute(model: cvmvm.Model, env: dict[int, np.ndarray], step: object, order:
             lane = lane_width(ty)
             blob = encode(order, env[t], lane).reshape(-1).view(np.uint8)
             pos = committed_position(order, ty.shape, r, lane)
-            chunks = np.unique(pos * lane // size)
-            count = -(-ty.size * lane // size)
+            chunk = chunk_of(size, ty.size * lane)
+            chunks = np.unique(pos * lane // chunk)
+            count = -(-ty.size * lane // chunk)
             for c in chunks.tolist():
-                piece = blob[c * size:(c + 1) * size]
+                piece = blob[c * chunk:(c + 1) * chunk]
                 data_bytes += piece.size + 32 * depth(count)
                 zero += int(np.count_nonzero(piece == 0))
                 exec_gas += LEAF_BASE_GAS + LEAF_BYTE_GAS * piece.size + PATH_LEVEL_GAS * depth(count)
@@ -226,7 +240,7 @@ def measure_units() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1024,2048,4096,8192")
+    ap.add_argument("--sizes", default="1024,2048,4096,8192,format")
     ap.add_argument("--sample", type=int, default=20, help="random elements tried per instruction")
     ap.add_argument("--units", action="store_true", help="measure the EVM unit costs instead")
     ap.add_argument("--no-disputes", action="store_true", help="only the hashing side")
@@ -234,7 +248,7 @@ def main() -> None:
     if args.units:
         measure_units()
         return
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [FORMAT if s == "format" else int(s) for s in args.sizes.split(",")]
     runs = {name: run_tensors(name) for name in ("perf", "perf-large")}
     print(f"cores: {os.cpu_count()}")
     print("\n## hashing a traced run (median of 5, ms): encode only and 1 thread in CPU time, 2 threads in wall time")
@@ -247,14 +261,14 @@ def main() -> None:
             for size in sizes:
                 e1, t1 = time_hashing(model, env, order, size, 1)
                 _, t2 = time_hashing(model, env, order, size, 2)
-                print(f"| {name} | {order} | {size} | {e1 * 1e3:.1f} | {t1 * 1e3:.1f} | {t2 * 1e3:.1f} |")
+                print(f"| {name} | {order} | {size or 'format'} | {e1 * 1e3:.1f} | {t1 * 1e3:.1f} | {t2 * 1e3:.1f} |")
 
     if args.no_disputes:
         return
     model, env = runs["perf-large"]
     print("\n## disputes on perf-large: per op kind, the worst sampled element of any of its instructions"
           " (calldata / estimated gas)")
-    print("| op | instr | " + " | ".join(f"{o} {s}" for o in ORDERS for s in sizes) + " |")
+    print("| op | instr | " + " | ".join(f"{o} {s or 'format'}" for o in ORDERS for s in sizes) + " |")
     print("|---|---|" + "---|" * (len(ORDERS) * len(sizes)))
     worst = {(o, s): (0, 0) for o in ORDERS for s in sizes}
     kinds: dict[str, list[object]] = {}
