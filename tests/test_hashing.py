@@ -288,6 +288,15 @@ def ref_shared(leaves: list[bytes], j: int, f: int) -> list[bytes]:
     return ref_path(leaves, j)[:kept]
 
 
+@pytest.mark.parametrize("length", [300, 512, 1000, 4096, 4097, 9000, 20000])
+def test_rows_roots_are_each_rows_chunk_root(length):
+    """A batched run's rows, committed in one loop, give each row's own chunk root."""
+    rows = [random.Random(length + k).randbytes(length) for k in range(3)]
+    want = [ref_tree([sha(b"\x00" + c) for c in ref_chunks(r)]) for r in rows]
+    assert cm.rows_roots(memoryview(b"".join(rows)), length, cm.chunk_size(length)) == want
+    assert [cm.chunk_root(memoryview(r)) for r in rows] == want
+
+
 def test_shared_paths_match_the_reference_for_every_size_to_40():
     rnd = random.Random(9)
     for n in range(1, 41):

@@ -7,11 +7,11 @@ the program root.  A ``Tracer`` observes a run and commits each tensor once, as
 it is produced.
 
 Hashing is most of a traced run's extra cost.  A large tensor's body (its
-chunks are 4096 bytes) is cut into blocks of ``BLOCK_CHUNKS`` chunks; the root of each block is computed by one of
-two hashing threads (hashlib releases the GIL on a chunk, so both cores hash
-while the next kernel runs), and the block roots fold into the chunk root:
-in an RFC 6962 tree the nodes at height m are exactly the roots of consecutive
-2^m-leaf blocks.  Each commitment is stored under its tensor id, so the order in
+chunks are 4096 bytes) is cut into blocks of ``BLOCK_CHUNKS`` chunks; the root
+of each block is computed by one of two hashing threads (hashlib releases the
+GIL on a chunk, so both cores hash while the next kernel runs), and the block
+roots fold into the chunk root: in an RFC 6962 tree the nodes at height m are
+exactly the roots of consecutive 2^m-leaf blocks.  Each commitment is stored under its tensor id, so the order in
 which the threads finish changes nothing.  The threads never keep a tensor (or
 its committed body) past its last use: verification's memory bound counts a
 tensor only while it is live, so a tensor about to be freed is waited for
