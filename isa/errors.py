@@ -99,8 +99,8 @@ CODES: dict[str, str] = {
     "malformed.npy": "a .npy file that does not decode (or holds objects)",
     "malformed.receipt": "a receipt that does not decode",
     "malformed.txs": "a transaction file or record that does not decode, or a file whose framing is broken",
-    "malformed.txs_version": ("a transaction file of another version (versions 1 and 2: cvmvm tx convert), or "
-                              "transactions tx convert cannot carry over (receipts of commitment format 1)"),
+    "malformed.txs_version": ("a transaction file of another version (versions 1 to 3: cvmvm tx convert), or "
+                              "transactions tx convert cannot carry over (receipts of commitment formats 1 and 2)"),
     "malformed.results": "replay --resume: a results file that is not cvmvm's, or not of this transaction file",
     "malformed.step_proof": "a step proof that does not decode",
     "malformed.trace": "a trace file that does not decode, or whose root is not the root of its entries",

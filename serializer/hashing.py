@@ -189,10 +189,10 @@ def tree_roots(trees: Sequence[Sequence[bytes]]) -> list[bytes]:
     (tests/test_hashing.py checks it against tree_root)."""
     if not trees:
         raise ValueError("a tree has at least one leaf")
-    level = list(trees)
+    level: list[Sequence[bytes]] = list(trees)
     copy = _INNER_STATE.copy
     while len(level) > 1:
-        paired = []
+        paired: list[Sequence[bytes]] = []
         for left, right in zip(level[0::2], level[1::2]):
             up = []
             for a, b in zip(left, right):
