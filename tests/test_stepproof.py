@@ -266,6 +266,22 @@ def test_later_paths_are_shared_with_the_first():
                    *roots(digits, trace)) == "input.not_included"
 
 
+def test_a_whole_proof_of_two_results_shares_their_trace_paths():
+    """max_pool's two results (values, indices) are tensors 1 and 2: the second's trace path is
+    shared with the first's (empty: they are siblings); its full path is refused."""
+    from cvmvm.vm.api import single_op_model
+    x = np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4)
+    attrs = {"kernel_shape": (2, 2), "strides": (2, 2), "dilations": (1, 1), "pads": (0, 0, 0, 0),
+             "auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0, "index_axis": 2, "index_dtype": "int32"}
+    model, feeds = single_op_model("max_pool", [x], attrs)
+    proof, trace = stepproof.prove_step(model, feeds, 0)
+    assert [len(r.path) for r in proof.results] == [2, 0]
+    assert stepproof.check_step(proof, *roots(model, trace)).correct
+    full = dataclasses.replace(proof.results[1], path=tuple(trace.path(2)))
+    assert code_of(stepproof.check_step, dataclasses.replace(proof, results=(proof.results[0], full)),
+                   *roots(model, trace)) == "input.not_included"
+
+
 def test_ops_without_element_proofs():
     model = pair_model()
     inputs = {"a": np.array([[1, 2, 3], [4, 5, 6]], np.int32), "b": np.array([[7, 8, 9], [1, 1, 1]], np.int32)}
