@@ -20,6 +20,7 @@ from cvmvm import files
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.cli.main import main
 from isa.errors import CvmError
+from tests import platforms
 from tests.test_receipt import mlp_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,9 +88,9 @@ def test_read_bytes_in_steps(tmp_path, monkeypatch):
 
 def _under_4_gib(code: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter whose address space is limited to 4 GiB."""
-    prelude = "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+    prelude = "from tests.platforms import bound_address_space; bound_address_space(4 << 30)\n"
     return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120,
-                          cwd=REPO)
+                          cwd=REPO, env=platforms.address_space_env(4 << 30))
 
 
 def test_small_files_are_read_under_a_4_gib_address_space(tmp_path):
