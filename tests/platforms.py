@@ -7,14 +7,26 @@ temporary directory, so CI proves the build as well as the run.
 
 A root is Debian's own python3, numpy, msgpack, cryptography, pytest and
 hypothesis (Debian's hypothesis: the PyPI wheel carries an x86-only extension),
-unpacked by mmdebstrap's ``extract`` variant: no maintainer script runs, so the
-build needs no emulation and takes seconds instead of minutes.  What the
-scripts would have done and Python needs is done here: the merged-/usr links,
-the libblas.so.3/liblapack.so.3 alternatives, and byte-compiling the Python
-libraries once (under emulation) so every later run imports fast.  Python runs
-inside it through ``chroot`` in a private mount namespace (its /proc mount
-vanishes with the process), with the host kernel handing the foreign binaries to
-qemu through binfmt_misc.  All of that needs root.
+and the rest of the test install that Debian packages (mypy, tqdm,
+threadpoolctl, onnx), unpacked by mmdebstrap's ``extract`` variant: no
+maintainer script runs, so the build needs no emulation and takes about a minute.
+What the scripts would have done and Python needs is done here: the merged-/usr
+links, the libblas.so.3/liblapack.so.3 alternatives, the CA bundle pip reads,
+and byte-compiling the Python libraries once (under emulation) so every later
+run imports fast.  Each session copies the checkout to the root's /src and
+installs it there as the host's is (``pip install -e``, no dependencies), so
+the package's metadata and the ``cvmvm`` command exist.  The extras Debian does
+not package (``ray``; ``chain``: titanoboa, py-evm and solc from npm) are not
+there: their tests skip on any machine without the extra (``importorskip``, CI
+or not), and run on the host, where CI installs every extra.  Python runs
+inside a root through ``chroot`` in a private mount namespace (its /proc mount
+vanishes with the process), with the host kernel handing the foreign binaries
+to qemu through binfmt_misc.  All of that needs root.
+
+``python -m tests.platforms [--full]`` runs CI's subset (or the whole suite)
+in every root at once and prints each architecture's counts, duration and
+versions.  Every process in a root has ``CVMVM_EMULATED`` set: the tests that
+bound a child's address space read it (address_space_env); nothing else does.
 """
 
 from __future__ import annotations
@@ -239,11 +251,29 @@ def stage_source(root: Path, arch: Arch) -> None:
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(REPO, dest, symlinks=True,
                     ignore=lambda d, names: [n for n in names if n in SOURCE_SKIP or n.endswith(".egg-info")])
+    _lend_onnx_test_data(root)
     run = run_in_root(root, ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
                              "--break-system-packages", "--root-user-action=ignore", "--disable-pip-version-check",
                              "--editable", "/src"], arch=arch, timeout=900)
     if run.returncode != 0:
         raise BuildFailed(f"pip install -e /src in the {arch.name} root failed:\n{run.stderr[-3000:]}")
+
+
+ONNX_TEST_DATA = ("backend", "test", "data", "pytorch-converted")
+
+
+def _lend_onnx_test_data(root: Path) -> None:
+    """The host onnx wheel's pytorch-converted models, which tests/test_importer.py imports and
+    Debian's python3-onnx does not ship: protobuf files, the same bytes on every architecture."""
+    dest = root.joinpath("usr", "lib", "python3", "dist-packages", "onnx", *ONNX_TEST_DATA)
+    if dest.is_dir():   # Debian's, or lent by an earlier session
+        return
+    try:
+        import onnx
+    except ImportError:
+        raise BuildFailed("the root's onnx has no pytorch-converted test data and this host lends it from its own "
+                          "onnx (pip install -e '.[onnx]')") from None
+    shutil.copytree(Path(onnx.__file__).parent.joinpath(*ONNX_TEST_DATA), dest)
 
 
 # Runs on the host side of the private mount namespace: mount /proc, then enter the root.
