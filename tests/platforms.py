@@ -486,7 +486,7 @@ def run_suite(arch: Arch, cache: Path, tests: Sequence[str], logs: Path) -> Suit
     if probe.returncode != 0:
         raise BuildFailed(f"{arch.name}: the platform probe failed:\n{probe.stderr[-3000:]}")
     log = logs / f"pytest-{arch.name}.log"
-    cmd, env = _in_root(root, [*PYTEST_IN_ROOT, *tests], arch, None)
+    cmd, env = _in_root(root, [*PYTEST_IN_ROOT, *tests], arch, {"PYTHONUNBUFFERED": "1"})   # a log to follow
     start = time.monotonic()
     with log.open("w") as out:
         code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode

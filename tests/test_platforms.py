@@ -19,19 +19,6 @@ from tests import platforms
 
 pytestmark = pytest.mark.platforms
 
-# Run under emulation besides the records (which already compute every golden fixture there):
-# every reference vector, the determinism tests, the codecs and hashes (byte order lives in the
-# formats), the exact GEMM paths and models (another BLAS), the parity classes, and the shift
-# kernels' sign rules.  The rest of the suite passes there too but takes three times as long
-# (worker processes and the CLI start Python again and again under qemu); not worth CI's minutes.
-EMULATED_TESTS = ("tests/test_vectors.py", "tests/test_determinism.py", "tests/test_maxpool.py",
-                  "tests/test_conversion.py", "tests/test_cortex_format.py", "tests/test_native_format.py",
-                  "tests/test_hashing.py", "tests/test_gemm_paths.py", "tests/test_models.py",
-                  "tests/test_mixed_model.py", "tests/test_parity.py",
-                  "tests/test_ops_elemwise.py::test_right_shift_is_arithmetic",
-                  "tests/test_ops_elemwise.py::test_left_shift_of_negatives_at_the_precision_edge")
-
-
 @dataclass
 class ArchRun:
     suite: str
@@ -43,11 +30,11 @@ class ArchRun:
 
 def _run_arch(arch: platforms.Arch, cache) -> ArchRun:
     root = platforms.root_for(arch, cache)
-    platforms.stage_source(root)
+    platforms.stage_source(root, arch)
     rec = platforms.run_in_root(root, ["-m", "tests.records"], arch=arch, timeout=1800)
     records = json.loads(rec.stdout) if rec.returncode == 0 else None
-    tests = platforms.run_in_root(root, ["-m", "pytest", "-q", "-rfE", "--tb=short", "-m", "not platforms",
-                                         *EMULATED_TESTS], arch=arch, timeout=3600)
+    tests = platforms.run_in_root(root, [*platforms.PYTEST_IN_ROOT, *platforms.EMULATED_TESTS], arch=arch,
+                                  timeout=3600)
     return ArchRun(platforms.root_suite(root), records, rec.stderr[-3000:], tests.returncode,
                    platforms.pytest_summary(tests.stdout + tests.stderr))
 
@@ -97,4 +84,4 @@ def test_same_bytes_as_the_host(emulated, host_records, name):
 @pytest.mark.parametrize("name", [a.name for a in platforms.ARCHES])
 def test_tests_pass_under_emulation(emulated, name):
     run = _get(emulated, name)
-    assert run.pytest_exit == 0, f"{name}: pytest {' '.join(EMULATED_TESTS)} failed:\n{run.pytest_tail}"
+    assert run.pytest_exit == 0, f"{name}: pytest {' '.join(platforms.EMULATED_TESTS)} failed:\n{run.pytest_tail}"
