@@ -110,7 +110,7 @@ STAMP = "cvmvm-root.json"
 # that measure the operating system rather than cvmvm read it (and check what it implies).
 EMULATED = "CVMVM_EMULATED"
 # Copied into a root's /src for each session: what the tests read (no .git, no caches).
-SOURCE_SKIP = {".git", "__pycache__", ".hypothesis", ".pytest_cache", "build", "dist", "node_modules"}
+SOURCE_SKIP = {".git", "__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache", "build", "dist", "node_modules"}
 
 
 # -- a child's address space, here and under emulation ---------------------------
