@@ -151,9 +151,9 @@ def test_what_plans_hold_is_counted_and_is_what_they_hold():
 
 
 def test_what_plans_would_hold_is_refused_before_it_is_made():
-    # 16x16: what plans would hold (3 MB) dwarfs what verification itself allocates (the wire
-    # bounds' msgpack packer starts with a 256 KiB buffer).
-    ir = small_conv_chain(40, size=16)
+    # 80 at 24x24: what plans would hold (13 MB) dwarfs what verification itself allocates (the
+    # wire bounds' msgpack packer starts with a buffer of 256 KiB, and of 1 MiB before msgpack 1.1).
+    ir = small_conv_chain(80, size=24)
     program = verify(ir, UNLIMITED)
     held = sum(s.held for s in program.steps)
     for limit in (program.memory_bytes - 1, held):
