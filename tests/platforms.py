@@ -485,7 +485,7 @@ def run_suite(arch: Arch, cache: Path, tests: Sequence[str], logs: Path) -> Suit
                                      "print(json.dumps(platform_info()))"], arch=arch, timeout=600)
     if probe.returncode != 0:
         raise BuildFailed(f"{arch.name}: the platform probe failed:\n{probe.stderr[-3000:]}")
-    log = logs / f"pytest-{arch.name}.log"
+    log = logs / f"pytest-{arch.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     cmd, env = _in_root(root, [*PYTEST_IN_ROOT, *tests], arch, {"PYTHONUNBUFFERED": "1"})   # a log to follow
     start = time.monotonic()
     with log.open("w") as out:
