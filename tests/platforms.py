@@ -245,12 +245,17 @@ def root_suite(root: Path) -> str:
 
 
 def stage_source(root: Path, arch: Arch) -> None:
-    """A fresh copy of this checkout at the root's /src, installed there as the host's is (``pip
-    install -e``, no dependencies: Debian's are the root's), so its metadata and ``cvmvm`` exist."""
+    """A fresh copy of this checkout at the root's /src (and of ../shared, when there, at /shared),
+    installed there as the host's is (``pip install -e``, no dependencies: Debian's are the
+    root's), so its metadata and ``cvmvm`` exist."""
     dest = root / "src"
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(REPO, dest, symlinks=True,
                     ignore=lambda d, names: [n for n in names if n in SOURCE_SKIP or n.endswith(".egg-info")])
+    shared = root / "shared"   # ../shared beside /src, where tests/test_fixtures.py compares its copies
+    shutil.rmtree(shared, ignore_errors=True)
+    if (REPO.parent / "shared").is_dir():
+        shutil.copytree(REPO.parent / "shared", shared, symlinks=True)
     _lend_onnx_test_data(root)
     run = run_in_root(root, ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
                              "--break-system-packages", "--root-user-action=ignore", "--disable-pip-version-check",
