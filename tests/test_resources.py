@@ -143,8 +143,7 @@ def test_what_plans_hold_is_counted_and_is_what_they_hold():
     index = 8 * 4 * 9 * 36
     assert [s.held for s in verify(small_conv_chain(2)).steps] == [index + 4 * 144] * 2   # float32 weights
     assert [s.held for s in verify(small_conv_chain(2, weights_are_params=False)).steps] == [index] * 2
-    sys.path.insert(0, str(REPO / "fixtures"))
-    import generate
+    from tests.fixture_script import generate
     for name in ("digits", "perf"):
         program = generate.load_fixture_model(name).program
         assert [s.held for s in program.steps] == [getattr(s.plan, "held_bytes", 0) for s in program.steps]
