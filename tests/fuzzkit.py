@@ -887,8 +887,8 @@ def run_jobs(jobs: list[Job], parallel: int = 2, wall: float = 600.0) -> tuple[l
     pending = list(jobs)
     running: list[tuple[Job, Any, Path, float]] = []
     cases_dir = Path(tempfile.mkdtemp(prefix="cvmvm-fuzz-cases-"))
-    env = address_space_env(ADDRESS_SPACE, {**os.environ,
-                                            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = address_space_env(ADDRESS_SPACE, {**os.environ, "PYTHONPATH": path})
     try:
         while pending or running:
             while pending and len(running) < parallel:

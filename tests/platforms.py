@@ -106,52 +106,12 @@ PACKAGES = ("python3", "python3-numpy", "python3-msgpack", "python3-cryptography
 EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
 ROOT_RECIPE_VERSION = 3  # bump when the build steps below change, so cached roots are rebuilt
 STAMP = "cvmvm-root.json"
-# Set for every process in a root: the name of the architecture qemu-user emulates.  The few tests
-# that measure the operating system rather than cvmvm read it (and check what it implies).
+# Set for every process in a root: the name of the architecture qemu-user emulates.  Read in one
+# place, address_space_env: the one operating-system behaviour the tests meet that qemu changes.
 EMULATED = "CVMVM_EMULATED"
 # Copied into a root's /src for each session: what the tests read (no .git, no caches).
 SOURCE_SKIP = {".git", "__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache", "build", "dist", "node_modules"}
 
-
-# -- a child's address space, here and under emulation ---------------------------
-
-def address_space_env(limit: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment (``env``, default this one's) for a child Python that calls
-    bound_address_space(``limit``).  Under qemu-user the guest's setrlimit(RLIMIT_AS) does nothing:
-    qemu accepts it and drops it (applied to the host process it would bound qemu's own mappings,
-    not the guest's).  There the bound is qemu's: QEMU_RESERVED_VA makes it reserve exactly
-    ``limit`` bytes of guest address space, and a guest mapping that does not fit fails with
-    ENOMEM, as under RLIMIT_AS.  A child's children inherit it, as they inherit RLIMIT_AS."""
-    out = dict(os.environ if env is None else env)
-    if os.environ.get(EMULATED):
-        out["QEMU_RESERVED_VA"] = str(limit)
-    return out
-
-
-def bound_address_space(limit: int) -> None:
-    """Limit this process's address space to ``limit`` bytes (RLIMIT_AS; under qemu-user the bound
-    is address_space_env's) and prove a bound holds: a mapping of ``limit`` bytes is refused."""
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    try:
-        mmap.mmap(-1, limit).close()
-    except OSError:
-        return
-    raise RuntimeError(f"a mapping of {limit} bytes succeeded: nothing bounds this address space "
-                       f"(under qemu-user, start this process with address_space_env)")
-
-
-def address_space_used() -> int:
-    """Bytes of address space this process holds: its mappings' sizes (on Linux the VmSize of
-    /proc/self/status; under qemu-user that is qemu's, while /proc/self/maps is the guest's)."""
-    total = 0
-    with open("/proc/self/maps") as f:
-        for line in f:
-            start, _, end = line.split(maxsplit=1)[0].partition("-")
-            total += int(end, 16) - int(start, 16)
-    return total
-
-
-# -- emulated architectures (continued) --------------------------------------------
 
 def check_emulation(arch: Arch) -> None:
     """Raise Unavailable unless this machine can build and run a root of ``arch``."""
@@ -229,7 +189,8 @@ def _finish_root(arch: Arch, root: Path) -> None:
     # update-ca-certificates' bundle: pip loads it when it starts, even for an install from a directory
     bundle = root / "etc" / "ssl" / "certs" / "ca-certificates.crt"
     bundle.parent.mkdir(parents=True, exist_ok=True)
-    bundle.write_bytes(b"".join(c.read_bytes() for c in sorted((root / "usr/share/ca-certificates/mozilla").glob("*.crt"))))
+    certificates = sorted((root / "usr" / "share" / "ca-certificates" / "mozilla").glob("*.crt"))
+    bundle.write_bytes(b"".join(c.read_bytes() for c in certificates))
     libdir = root / "usr" / "lib" / arch.triplet
     for name, target in arch.libraries:
         if not (libdir / target).exists():
@@ -303,7 +264,8 @@ def _in_root(root: Path, args: Sequence[str], arch: Arch,
     if arch.cpu:
         full_env["QEMU_CPU"] = arch.cpu
     full_env.update(env or {})
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _ENTER, "sh", str(root), *args], full_env
+    cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _ENTER, "sh", str(root), *args]
+    return cmd, full_env
 
 
 def run_in_root(root: Path, args: Sequence[str], *, arch: Arch, env: dict[str, str] | None = None,
@@ -317,6 +279,44 @@ def _host_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "TMPDIR", "http_proxy", "https_proxy")}
     env["PATH"] = _host_path()
     return env
+
+
+# -- a child's address space, here and under emulation ---------------------------
+
+def address_space_env(limit: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment (``env``, default this one's) for a child Python that calls
+    bound_address_space(``limit``).  Under qemu-user the guest's setrlimit(RLIMIT_AS) does nothing:
+    qemu accepts it and drops it (applied to the host process it would bound qemu's own mappings,
+    not the guest's).  There the bound is qemu's: QEMU_RESERVED_VA makes it reserve exactly
+    ``limit`` bytes of guest address space, and a guest mapping that does not fit fails with
+    ENOMEM, as under RLIMIT_AS.  A child's children inherit it, as they inherit RLIMIT_AS."""
+    out = dict(os.environ if env is None else env)
+    if os.environ.get(EMULATED):
+        out["QEMU_RESERVED_VA"] = str(limit)
+    return out
+
+
+def bound_address_space(limit: int) -> None:
+    """Limit this process's address space to ``limit`` bytes (RLIMIT_AS; under qemu-user the bound
+    is address_space_env's) and prove a bound holds: a mapping of ``limit`` bytes is refused."""
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        mmap.mmap(-1, limit).close()
+    except OSError:
+        return
+    raise RuntimeError(f"a mapping of {limit} bytes succeeded: nothing bounds this address space "
+                       f"(under qemu-user, start this process with address_space_env)")
+
+
+def address_space_used() -> int:
+    """Bytes of address space this process holds: its mappings' sizes (on Linux the VmSize of
+    /proc/self/status; under qemu-user that is qemu's, while /proc/self/maps is the guest's)."""
+    total = 0
+    with open("/proc/self/maps") as f:
+        for line in f:
+            start, _, end = line.split(maxsplit=1)[0].partition("-")
+            total += int(end, 16) - int(start, 16)
+    return total
 
 
 # -- other Pythons and numpy versions -----------------------------------------
