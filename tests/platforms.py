@@ -230,16 +230,15 @@ ONNX_TEST_DATA = ("backend", "test", "data", "pytorch-converted")
 
 def _lend_onnx_test_data(root: Path) -> None:
     """The host onnx wheel's pytorch-converted models, which tests/test_importer.py imports and
-    Debian's python3-onnx does not ship: protobuf files, the same bytes on every architecture."""
+    Debian's python3-onnx does not ship: protobuf files, the same bytes on every architecture.
+    A host without the onnx extra lends nothing, and test_importer.py fails there naming the folder."""
     dest = root.joinpath("usr", "lib", "python3", "dist-packages", "onnx", *ONNX_TEST_DATA)
-    if dest.is_dir():   # Debian's, or lent by an earlier session
-        return
     try:
         import onnx
     except ImportError:
-        raise BuildFailed("the root's onnx has no pytorch-converted test data and this host lends it from its own "
-                          "onnx (pip install -e '.[onnx]')") from None
-    shutil.copytree(Path(onnx.__file__).parent.joinpath(*ONNX_TEST_DATA), dest)
+        return
+    if not dest.is_dir():   # Debian's, or lent by an earlier session, stays
+        shutil.copytree(Path(onnx.__file__).parent.joinpath(*ONNX_TEST_DATA), dest)
 
 
 # Runs on the host side of the private mount namespace: mount /proc, then enter the root.
