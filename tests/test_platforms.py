@@ -9,8 +9,9 @@ checkout in it some 15 s.
 
 The whole suite runs in the roots with ``python -m tests.platforms --full`` (README, "The whole
 suite on s390x and arm64"): over an hour per architecture, more than CI's 90 minutes leave, so it
-is run by hand.  Its last result is in the README.  This module's 4 tests last took 43 min on a
-2-core machine that other jobs kept at a load of 4 to 5 (2026-11-27), the roots already built.
+is run by hand.  Its last result is in the README.  This module's 4 tests last took 22 min on a
+2-core machine that other jobs kept at a load of 2 to 3.5 (43 min at 4 to 5; 2026-11-27), the roots
+already built.
 """
 
 from __future__ import annotations
