@@ -226,9 +226,10 @@ def read_npy(path: PathLike, limit: int = MAX_FILE_BYTES) -> np.ndarray:
 
 
 def npy_bytes(value: np.ndarray) -> bytes:
-    """An array as .npy bytes (never pickled)."""
+    """An array as little-endian .npy bytes (never pickled): the same file on every machine, where
+    np.save writes the host's order (the VM's arrays are big-endian on a big-endian host)."""
     buf = io.BytesIO()
-    np.save(buf, value, allow_pickle=False)
+    np.save(buf, value.astype(value.dtype.newbyteorder("<"), copy=False), allow_pickle=False)
     return buf.getvalue()
 
 

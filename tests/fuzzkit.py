@@ -52,10 +52,12 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from tests.platforms import address_space_env, bound_address_space
+
 REPO = Path(__file__).resolve().parent.parent
 CRASHES = REPO / "fixtures" / "fuzz"
 CASE_SECONDS = 2.0                 # the contract: no case takes longer
-ADDRESS_SPACE = 4 << 30            # workers run under RLIMIT_AS of this
+ADDRESS_SPACE = 4 << 30            # workers run in this much address space (RLIMIT_AS)
 MAX_MUTATIONS = 4
 
 
@@ -857,7 +859,7 @@ def peak_rss() -> int:
 def worker_main(argv: list[str]) -> int:
     """``python -m tests.fuzzkit TARGET EXAMPLES SEED CURRENT_FILE MEASURED``: one JSON line of results."""
     name, examples, seed_value, current, measure = argv[0], int(argv[1]), int(argv[2]), Path(argv[3]), int(argv[4])
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+    bound_address_space(ADDRESS_SPACE)
     target = TARGETS[name]
     stats = Stats()
     failure = fuzz(target, examples, seed_value, current, stats, measure)
@@ -885,7 +887,8 @@ def run_jobs(jobs: list[Job], parallel: int = 2, wall: float = 600.0) -> tuple[l
     pending = list(jobs)
     running: list[tuple[Job, Any, Path, float]] = []
     cases_dir = Path(tempfile.mkdtemp(prefix="cvmvm-fuzz-cases-"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = address_space_env(ADDRESS_SPACE, {**os.environ, "PYTHONPATH": path})
     try:
         while pending or running:
             while pending and len(running) < parallel:

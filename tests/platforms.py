@@ -7,29 +7,46 @@ temporary directory, so CI proves the build as well as the run.
 
 A root is Debian's own python3, numpy, msgpack, cryptography, pytest and
 hypothesis (Debian's hypothesis: the PyPI wheel carries an x86-only extension),
-unpacked by mmdebstrap's ``extract`` variant: no maintainer script runs, so the
-build needs no emulation and takes seconds instead of minutes.  What the
-scripts would have done and Python needs is done here: the merged-/usr links,
-the libblas.so.3/liblapack.so.3 alternatives, and byte-compiling the Python
-libraries once (under emulation) so every later run imports fast.  Python runs
-inside it through ``chroot`` in a private mount namespace (its /proc mount
-vanishes with the process), with the host kernel handing the foreign binaries to
-qemu through binfmt_misc.  All of that needs root.
+and the rest of the test install that Debian packages (mypy, tqdm,
+threadpoolctl, onnx), unpacked by mmdebstrap's ``extract`` variant: no
+maintainer script runs, so the build needs no emulation and takes about a minute.
+What the scripts would have done and Python needs is done here: the merged-/usr
+links, the libblas.so.3/liblapack.so.3 alternatives, the CA bundle pip reads,
+and byte-compiling the Python libraries once (under emulation) so every later
+run imports fast.  Each session copies the checkout to the root's /src and
+installs it there as the host's is (``pip install -e``, no dependencies), so
+the package's metadata and the ``cvmvm`` command exist.  The extras Debian does
+not package (``ray``; ``chain``: titanoboa, py-evm and solc from npm) are not
+there: their tests skip on any machine without the extra (``importorskip``, CI
+or not), and run on the host, where CI installs every extra.  Python runs
+inside a root through ``chroot`` in a private mount namespace (its /proc mount
+vanishes with the process), with the host kernel handing the foreign binaries
+to qemu through binfmt_misc.  All of that needs root.
+
+``python -m tests.platforms [--full]`` runs CI's subset (or the whole suite)
+in every root at once and prints each architecture's counts, duration and
+versions.  Every process in a root has ``CVMVM_EMULATED`` set: the tests that
+bound a child's address space read it (address_space_env); nothing else does.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import mmap
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,12 +98,19 @@ ARCH_BY_NAME = {a.name: a for a in ARCHES}
 # forky when a mirror's trixie index for an architecture does not verify.
 SUITES = ("trixie", "forky")
 PACKAGES = ("python3", "python3-numpy", "python3-msgpack", "python3-cryptography",
-            "python3-pytest", "python3-hypothesis")
+            "python3-pytest", "python3-hypothesis",
+            # the rest of the test install (pyproject's test, speed, progress and onnx extras), so the
+            # whole suite can run here too; pip and setuptools install cvmvm itself (its metadata)
+            "python3-mypy", "python3-tqdm", "python3-threadpoolctl", "python3-onnx",
+            "python3-pip", "python3-setuptools", "ca-certificates")
 EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
-ROOT_RECIPE_VERSION = 2  # bump when the build steps below change, so cached roots are rebuilt
+ROOT_RECIPE_VERSION = 3  # bump when the build steps below change, so cached roots are rebuilt
 STAMP = "cvmvm-root.json"
+# Set for every process in a root: the name of the architecture qemu-user emulates.  Read in one
+# place, address_space_env: the one operating-system behaviour the tests meet that qemu changes.
+EMULATED = "CVMVM_EMULATED"
 # Copied into a root's /src for each session: what the tests read (no .git, no caches).
-SOURCE_SKIP = {".git", "__pycache__", ".hypothesis", ".pytest_cache", "build", "dist", "node_modules"}
+SOURCE_SKIP = {".git", "__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache", "build", "dist", "node_modules"}
 
 
 def check_emulation(arch: Arch) -> None:
@@ -162,6 +186,11 @@ def _finish_root(arch: Arch, root: Path) -> None:
         (root / d).mkdir(exist_ok=True)
     (root / "tmp").mkdir(exist_ok=True)
     os.chmod(root / "tmp", 0o1777)
+    # update-ca-certificates' bundle: pip loads it when it starts, even for an install from a directory
+    bundle = root / "etc" / "ssl" / "certs" / "ca-certificates.crt"
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    certificates = sorted((root / "usr" / "share" / "ca-certificates" / "mozilla").glob("*.crt"))
+    bundle.write_bytes(b"".join(c.read_bytes() for c in certificates))
     libdir = root / "usr" / "lib" / arch.triplet
     for name, target in arch.libraries:
         if not (libdir / target).exists():
@@ -176,12 +205,40 @@ def root_suite(root: Path) -> str:
     return json.loads((root / STAMP).read_text())["suite"]
 
 
-def stage_source(root: Path) -> None:
-    """A fresh copy of this checkout at the root's /src."""
+def stage_source(root: Path, arch: Arch) -> None:
+    """A fresh copy of this checkout at the root's /src (and of ../shared, when there, at /shared),
+    installed there as the host's is (``pip install -e``, no dependencies: Debian's are the
+    root's), so its metadata and ``cvmvm`` exist."""
     dest = root / "src"
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(REPO, dest, symlinks=True,
                     ignore=lambda d, names: [n for n in names if n in SOURCE_SKIP or n.endswith(".egg-info")])
+    shared = root / "shared"   # ../shared beside /src, where tests/test_fixtures.py compares its copies
+    shutil.rmtree(shared, ignore_errors=True)
+    if (REPO.parent / "shared").is_dir():
+        shutil.copytree(REPO.parent / "shared", shared, symlinks=True)
+    _lend_onnx_test_data(root)
+    run = run_in_root(root, ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+                             "--break-system-packages", "--root-user-action=ignore", "--disable-pip-version-check",
+                             "--editable", "/src"], arch=arch, timeout=900)
+    if run.returncode != 0:
+        raise BuildFailed(f"pip install -e /src in the {arch.name} root failed:\n{run.stderr[-3000:]}")
+
+
+ONNX_TEST_DATA = ("backend", "test", "data", "pytorch-converted")
+
+
+def _lend_onnx_test_data(root: Path) -> None:
+    """The host onnx wheel's pytorch-converted models, which tests/test_importer.py imports and
+    Debian's python3-onnx does not ship: protobuf files, the same bytes on every architecture.
+    A host without the onnx extra lends nothing, and test_importer.py fails there naming the folder."""
+    dest = root.joinpath("usr", "lib", "python3", "dist-packages", "onnx", *ONNX_TEST_DATA)
+    try:
+        import onnx
+    except ImportError:
+        return
+    if not dest.is_dir():   # Debian's, or lent by an earlier session, stays
+        shutil.copytree(Path(onnx.__file__).parent.joinpath(*ONNX_TEST_DATA), dest)
 
 
 # Runs on the host side of the private mount namespace: mount /proc, then enter the root.
@@ -196,18 +253,24 @@ _BOOT = ("import os, runpy, sys; os.chdir('/src'); sys.argv = sys.argv[1:]; "
          "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
 
 
-def run_in_root(root: Path, args: Sequence[str], *, arch: Arch, env: dict[str, str] | None = None,
-                timeout: float = 1800) -> subprocess.CompletedProcess:
-    """Run Debian's python3 inside ``root`` with ``args``; ``-m module ...`` runs from /src."""
+def _in_root(root: Path, args: Sequence[str], arch: Arch,
+             env: dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
     args = list(args)
     if args[:1] == ["-m"]:
         args = ["-c", _BOOT, *args[1:]]
-    full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-                "PYTHONPATH": "/src"}
+    full_env = {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
+                "PYTHONPATH": "/src", EMULATED: arch.name}
     if arch.cpu:
         full_env["QEMU_CPU"] = arch.cpu
     full_env.update(env or {})
     cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _ENTER, "sh", str(root), *args]
+    return cmd, full_env
+
+
+def run_in_root(root: Path, args: Sequence[str], *, arch: Arch, env: dict[str, str] | None = None,
+                timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run Debian's python3 inside ``root`` with ``args``; ``-m module ...`` runs from /src."""
+    cmd, full_env = _in_root(root, args, arch, env)
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
 
 
@@ -215,6 +278,44 @@ def _host_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "TMPDIR", "http_proxy", "https_proxy")}
     env["PATH"] = _host_path()
     return env
+
+
+# -- a child's address space, here and under emulation ---------------------------
+
+def address_space_env(limit: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment (``env``, default this one's) for a child Python that calls
+    bound_address_space(``limit``).  Under qemu-user the guest's setrlimit(RLIMIT_AS) does nothing:
+    qemu accepts it and drops it (applied to the host process it would bound qemu's own mappings,
+    not the guest's).  There the bound is qemu's: QEMU_RESERVED_VA makes it reserve exactly
+    ``limit`` bytes of guest address space, and a guest mapping that does not fit fails with
+    ENOMEM, as under RLIMIT_AS.  A child's children inherit it, as they inherit RLIMIT_AS."""
+    out = dict(os.environ if env is None else env)
+    if os.environ.get(EMULATED):
+        out["QEMU_RESERVED_VA"] = str(limit)
+    return out
+
+
+def bound_address_space(limit: int) -> None:
+    """Limit this process's address space to ``limit`` bytes (RLIMIT_AS; under qemu-user the bound
+    is address_space_env's) and prove a bound holds: a mapping of ``limit`` bytes is refused."""
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        mmap.mmap(-1, limit).close()
+    except OSError:
+        return
+    raise RuntimeError(f"a mapping of {limit} bytes succeeded: nothing bounds this address space "
+                       f"(under qemu-user, start this process with address_space_env)")
+
+
+def address_space_used() -> int:
+    """Bytes of address space this process holds: its mappings' sizes (on Linux the VmSize of
+    /proc/self/status; under qemu-user that is qemu's, while /proc/self/maps is the guest's)."""
+    total = 0
+    with open("/proc/self/maps") as f:
+        for line in f:
+            start, _, end = line.split(maxsplit=1)[0].partition("-")
+            total += int(end, 16) - int(start, 16)
+    return total
 
 
 # -- other Pythons and numpy versions -----------------------------------------
@@ -337,3 +438,107 @@ def describe(label: str, info: dict[str, Any]) -> str:
 
 def temp_cache() -> Path:
     return Path(tempfile.mkdtemp(prefix="cvmvm-platforms-"))
+
+
+# -- the suite in each root ----------------------------------------------------
+
+# What CI runs in each root besides tests/records.py (tests/test_platforms.py): every reference
+# vector, the determinism tests, the codecs and hashes (byte order lives in the formats), the exact
+# GEMM paths and models (another BLAS), the parity classes, and the shift kernels' sign rules.
+# The whole suite (``python -m tests.platforms --full``) takes over an hour per architecture.
+EMULATED_TESTS = ("tests/test_vectors.py", "tests/test_determinism.py", "tests/test_maxpool.py",
+                  "tests/test_conversion.py", "tests/test_cortex_format.py", "tests/test_native_format.py",
+                  "tests/test_hashing.py", "tests/test_gemm_paths.py", "tests/test_models.py",
+                  "tests/test_mixed_model.py", "tests/test_parity.py",
+                  "tests/test_ops_elemwise.py::test_right_shift_is_arithmetic",
+                  "tests/test_ops_elemwise.py::test_left_shift_of_negatives_at_the_precision_edge")
+# Inside a root the ``platforms`` tests do not run: they are this harness (chroot and qemu, or the
+# host's other Pythons), which runs on the host.
+PYTEST_IN_ROOT = ("-m", "pytest", "-q", "-rfEs", "--tb=short", "-m", "not platforms")
+
+_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)\b")
+
+
+def pytest_counts(output: str) -> dict[str, int]:
+    """The counts of pytest's closing line (``error`` for errors)."""
+    closing = next((line for line in reversed(output.splitlines()) if " in " in line and _COUNT.search(line)), "")
+    return {kind.rstrip("s") if kind.startswith("error") else kind: int(n) for n, kind in _COUNT.findall(closing)}
+
+
+@dataclass
+class SuiteRun:
+    arch: Arch
+    suite: str
+    info: dict[str, Any]
+    exit: int
+    seconds: float
+    counts: dict[str, int]
+    log: Path
+
+    def line(self) -> str:
+        counts = ", ".join(f"{n} {kind}" for kind, n in self.counts.items()) or "no counts (see the log)"
+        return (f"{describe(f'{self.arch.name} (Debian {self.suite}, qemu)', self.info)}\n"
+                f"    pytest exit {self.exit}: {counts} in {self.seconds / 60:.1f} min; log {self.log}")
+
+
+def run_suite(arch: Arch, cache: Path, tests: Sequence[str], logs: Path) -> SuiteRun:
+    """pytest ``tests`` (all of them when empty) inside a fresh root of ``arch``, its output to a log."""
+    root = root_for(arch, cache)
+    stage_source(root, arch)
+    probe = run_in_root(root, ["-c", "import json; from tests.records import platform_info; "
+                                     "print(json.dumps(platform_info()))"], arch=arch, timeout=600)
+    if probe.returncode != 0:
+        raise BuildFailed(f"{arch.name}: the platform probe failed:\n{probe.stderr[-3000:]}")
+    log = logs / f"pytest-{arch.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    cmd, env = _in_root(root, [*PYTEST_IN_ROOT, *tests], arch, {"PYTHONUNBUFFERED": "1"})   # a log to follow
+    start = time.monotonic()
+    with log.open("w") as out:
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    seconds = time.monotonic() - start
+    return SuiteRun(arch, root_suite(root), json.loads(probe.stdout), code, seconds,
+                    pytest_counts(log.read_text(errors="replace")), log)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.platforms",
+        description="Run the test suite inside the emulated Debian roots (built or taken from the cache), "
+                    "all architectures at once; print each one's counts, duration and versions.")
+    parser.add_argument("--full", action="store_true",
+                        help="the whole suite (over an hour per architecture) instead of CI's subset")
+    parser.add_argument("--arch", action="append", choices=sorted(ARCH_BY_NAME),
+                        help="only this architecture (repeatable; default: all)")
+    parser.add_argument("tests", nargs="*", help="test files or ids instead (relative to the checkout)")
+    args = parser.parse_args(argv)
+    arches = [ARCH_BY_NAME[n] for n in args.arch] if args.arch else list(ARCHES)
+    tests = args.tests or ([] if args.full else list(EMULATED_TESTS))
+    try:
+        for arch in arches:
+            check_emulation(arch)
+    except Unavailable as e:
+        print(f"cannot run here: {e}", file=sys.stderr)
+        return 2
+    cache = cache_dir()
+    logs = cache / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    print(f"pytest {' '.join(tests) or '(the whole suite)'} in {', '.join(a.name for a in arches)}; "
+          f"logs in {logs}", flush=True)
+    failed = False
+    with ThreadPoolExecutor(len(arches)) as pool:
+        futures = [pool.submit(run_suite, a, cache, tests, logs) for a in arches]
+        for arch, future in zip(arches, futures):
+            try:
+                run = future.result()
+            except (BuildFailed, OSError, subprocess.SubprocessError) as e:
+                print(f"{arch.name}: {type(e).__name__}: {e}", flush=True)
+                failed = True
+                continue
+            print(run.line(), flush=True)
+            if run.exit != 0:
+                failed = True
+                print(pytest_summary(run.log.read_text(errors="replace"), limit=4000), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

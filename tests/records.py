@@ -7,7 +7,8 @@
 - every line of every golden file that ``fixtures/generate.py`` makes (model hash, input and
   trace digests, trace root, output hash, ops), and the sha256 of every other file it makes
   (the demo's package data);
-- the demo, run through the command line (model hash, every prediction, output hash, trace root);
+- the demo, run through the command line (model hash, every prediction, output hash, trace root),
+  and the sha256 of every file a traced run of its model writes (outputs, tensors, trace, receipt);
 - the error code of every Cortex reference case the runtime refuses (a model refused on one
   platform and run on another would split a chain as surely as a different hash).
 
@@ -85,6 +86,30 @@ def demo_record() -> dict[str, Any]:
     return info
 
 
+def files_record() -> dict[str, Any]:
+    """The sha256 of every file a traced run of the demo's model writes through the command line:
+    its outputs as integers and dequantized, every tensor, the trace and the receipt."""
+    import tempfile
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        steps = (["demo", "--export", str(d)],
+                 ["run", str(d / "digits.cvm"), "--input", f"data={d / 'image0.npy'}", "--save-outputs",
+                  str(d / "outputs"), "--dump-tensors", str(d / "tensors"), "--trace", str(d / "trace.jsonl"),
+                  "--receipt", str(d / "run.receipt")],
+                 ["run", str(d / "digits.cvm"), "--input", f"data={d / 'image1.npy'}", "--dequantize",
+                  "--save-outputs", str(d / "dequantized")])
+        for argv in steps:
+            run = subprocess.run([sys.executable, "-m", "cvmvm", *argv], cwd=REPO, capture_output=True, text=True,
+                                 timeout=900)
+            if run.returncode != 0:
+                return {"argv": argv, "exit": run.returncode, "stderr": run.stderr[-2000:]}
+        for path in sorted(p for p in d.rglob("*") if p.is_file()):
+            out[path.relative_to(d).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
 def refusal_records() -> dict[str, Any]:
     import cvmvm
     from tests.reference import case_inputs, case_params, cvm_cases
@@ -106,6 +131,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     records = golden_records()
     records["demo"] = demo_record()
+    records["files"] = files_record()
     records.update(refusal_records())
     json.dump({"platform": platform_info(), "records": records}, sys.stdout, sort_keys=True)
     return 0

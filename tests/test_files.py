@@ -4,6 +4,7 @@ committed as one unit, all old or all new wherever a command dies."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import resource
@@ -20,6 +21,7 @@ from cvmvm import files
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.cli.main import main
 from isa.errors import CvmError
+from tests import platforms
 from tests.test_receipt import mlp_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,9 +89,9 @@ def test_read_bytes_in_steps(tmp_path, monkeypatch):
 
 def _under_4_gib(code: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter whose address space is limited to 4 GiB."""
-    prelude = "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+    prelude = "from tests.platforms import bound_address_space; bound_address_space(4 << 30)\n"
     return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120,
-                          cwd=REPO)
+                          cwd=REPO, env=platforms.address_space_env(4 << 30))
 
 
 def test_small_files_are_read_under_a_4_gib_address_space(tmp_path):
@@ -103,6 +105,18 @@ def test_small_files_are_read_under_a_4_gib_address_space(tmp_path):
                         f"print(main(['hash', {str(npy)!r}]))\n")
     assert proc.stdout.split() == [str(EXIT_CODES["malformed"])] * 2, proc.stderr
     assert "internal" not in proc.stderr
+
+
+@pytest.mark.parametrize("dtype", ["i4", "i8", "f4", "f8"])
+def test_npy_files_are_written_little_endian_on_any_host(dtype):
+    """np.save writes the host's byte order, and on a big-endian host the VM's arrays are big-endian:
+    the outputs and tensors cvmvm writes are the same bytes on every machine all the same."""
+    values = np.arange(-3, 3).astype(dtype)
+    little = files.npy_bytes(values.astype("<" + dtype))
+    assert files.npy_bytes(values.astype(">" + dtype)) == little    # what a big-endian host holds
+    assert f"'descr': '<{dtype}'".encode() in little
+    assert np.array_equal(np.load(io.BytesIO(little)), values)
+    assert files.npy_bytes(np.arange(3, dtype=np.uint8)) == files.npy_bytes(np.arange(3, dtype="|u1"))
 
 
 def npy(tmp_path: Path, header: str | bytes, data: bytes = b"", version: int = 1, raw_len: bytes | None = None) -> Path:

@@ -128,6 +128,9 @@ def run_plan(plan: Rescale, xs: list[np.ndarray], precisions: list[int]) -> np.n
         precisions = [plan.pre_precision]
     terms = []
     for x, p, m in zip(xs, precisions, plan.multipliers):
+        if np.all(m == 1):   # the lowering emits no multiply (plan_rescale counts none)
+            terms.append((x, p))
+            continue
         m32 = m.astype(np.int32)
         (t,) = cvmvm.run_op("broadcast_mul", [x, m32], {}, [p, min_precision(m)])
         terms.append((t, p + min_precision(m)))
@@ -169,6 +172,17 @@ def test_single_operand_plans_fit_32_bits_and_meet_their_bound(precision, raw, o
             bound = precision_bound(out_precision)
             if abs(exact) <= bound:                                    # unsaturated: within the claimed error
                 assert abs(Fraction(yv) - exact) <= Fraction(plan.error) + Fraction(1, 10 ** 9)
+
+
+def test_a_unit_multiplier_beside_an_offset_is_no_multiply():
+    """A 30-bit operand at ratio 2^-24 plus an offset: multiplier 1, which the lowering leaves out
+    (a multiply by it would make the sum 33 bits).  Hypothesis 6.130's draws found it."""
+    plan = plan_rescale([Term(30, np.array([2.0 ** -24]))], np.array([0.0]), 5, "test")
+    assert [m.tolist() for m in plan.multipliers] == [[1]]
+    top = precision_bound(30)
+    xs = [0, 1, -1, 1 << 23, top, -top]
+    got = run_plan(plan, [np.array(xs, dtype=np.int32)], [30])
+    assert got.tolist() == [simulate(plan, [x], 0) for x in xs] == [0, 0, 0, 1, 15, -15]   # 2^23 is half a step: away from zero
 
 
 @settings(derandomize=True, max_examples=150, deadline=None)

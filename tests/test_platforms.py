@@ -1,8 +1,17 @@
 """Same bytes on every architecture: s390x (big-endian) and arm64 roots under qemu-user emulation.
 
 Each root runs tests/records.py -- every golden fixture, the demo, every refused reference case --
-and its result must equal the host's byte for byte; then the tests below run there too.
-Skip locally with ``-m 'not platforms'``; under CI a platform that cannot run fails.
+and its result must equal the host's byte for byte; then CI's subset of the suite runs there too
+(``platforms.EMULATED_TESTS``: vectors, determinism, codecs, hashes, GEMM paths, models, parity,
+shift sign rules).  Skip locally with ``-m 'not platforms'``; under CI a platform that cannot run
+fails.  Building a root takes about a minute and a half (both at once on 2 cores), installing the
+checkout in it some 15 s.
+
+The whole suite runs in the roots with ``python -m tests.platforms --full`` (README, "The whole
+suite on s390x and arm64"): over an hour per architecture, more than CI's 90 minutes leave, so it
+is run by hand.  Its last result is in the README.  This module's 4 tests last took 22 min on a
+2-core machine that other jobs kept at a load of 2 to 3.5 (43 min at 4 to 5; 2026-11-27), the roots
+already built.
 """
 
 from __future__ import annotations
@@ -19,19 +28,6 @@ from tests import platforms
 
 pytestmark = pytest.mark.platforms
 
-# Run under emulation besides the records (which already compute every golden fixture there):
-# every reference vector, the determinism tests, the codecs and hashes (byte order lives in the
-# formats), the exact GEMM paths and models (another BLAS), the parity classes, and the shift
-# kernels' sign rules.  The rest of the suite passes there too but takes three times as long
-# (worker processes and the CLI start Python again and again under qemu); not worth CI's minutes.
-EMULATED_TESTS = ("tests/test_vectors.py", "tests/test_determinism.py", "tests/test_maxpool.py",
-                  "tests/test_conversion.py", "tests/test_cortex_format.py", "tests/test_native_format.py",
-                  "tests/test_hashing.py", "tests/test_gemm_paths.py", "tests/test_models.py",
-                  "tests/test_mixed_model.py", "tests/test_parity.py",
-                  "tests/test_ops_elemwise.py::test_right_shift_is_arithmetic",
-                  "tests/test_ops_elemwise.py::test_left_shift_of_negatives_at_the_precision_edge")
-
-
 @dataclass
 class ArchRun:
     suite: str
@@ -43,11 +39,11 @@ class ArchRun:
 
 def _run_arch(arch: platforms.Arch, cache) -> ArchRun:
     root = platforms.root_for(arch, cache)
-    platforms.stage_source(root)
+    platforms.stage_source(root, arch)
     rec = platforms.run_in_root(root, ["-m", "tests.records"], arch=arch, timeout=1800)
     records = json.loads(rec.stdout) if rec.returncode == 0 else None
-    tests = platforms.run_in_root(root, ["-m", "pytest", "-q", "-rfE", "--tb=short", "-m", "not platforms",
-                                         *EMULATED_TESTS], arch=arch, timeout=3600)
+    tests = platforms.run_in_root(root, [*platforms.PYTEST_IN_ROOT, *platforms.EMULATED_TESTS], arch=arch,
+                                  timeout=3600)
     return ArchRun(platforms.root_suite(root), records, rec.stderr[-3000:], tests.returncode,
                    platforms.pytest_summary(tests.stdout + tests.stderr))
 
@@ -97,4 +93,4 @@ def test_same_bytes_as_the_host(emulated, host_records, name):
 @pytest.mark.parametrize("name", [a.name for a in platforms.ARCHES])
 def test_tests_pass_under_emulation(emulated, name):
     run = _get(emulated, name)
-    assert run.pytest_exit == 0, f"{name}: pytest {' '.join(EMULATED_TESTS)} failed:\n{run.pytest_tail}"
+    assert run.pytest_exit == 0, f"{name}: pytest {' '.join(platforms.EMULATED_TESTS)} failed:\n{run.pytest_tail}"

@@ -35,6 +35,7 @@ from isa.ops.elemwise import NoAttrs
 from isa.table import OP_BY_NAME, OPS
 from isa.types import MAX_OPS, TensorType, precision_bound
 from serializer.model import Input, Instr, Model as ModelIR, Param
+from tests import platforms
 from tests.opkit import reference
 
 REPO = Path(__file__).resolve().parent.parent
@@ -142,17 +143,16 @@ def test_what_plans_hold_is_counted_and_is_what_they_hold():
     index = 8 * 4 * 9 * 36
     assert [s.held for s in verify(small_conv_chain(2)).steps] == [index + 4 * 144] * 2   # float32 weights
     assert [s.held for s in verify(small_conv_chain(2, weights_are_params=False)).steps] == [index] * 2
-    sys.path.insert(0, str(REPO / "fixtures"))
-    import generate
+    from tests.fixture_script import generate
     for name in ("digits", "perf"):
         program = generate.load_fixture_model(name).program
         assert [s.held for s in program.steps] == [getattr(s.plan, "held_bytes", 0) for s in program.steps]
 
 
 def test_what_plans_would_hold_is_refused_before_it_is_made():
-    # 16x16: what plans would hold (3 MB) dwarfs what verification itself allocates (the wire
-    # bounds' msgpack packer starts with a 256 KiB buffer).
-    ir = small_conv_chain(40, size=16)
+    # 80 at 24x24: what plans would hold (13 MB) dwarfs what verification itself allocates (the
+    # wire bounds' msgpack packer starts with a buffer of 256 KiB, and of 1 MiB before msgpack 1.1).
+    ir = small_conv_chain(80, size=24)
     program = verify(ir, UNLIMITED)
     held = sum(s.held for s in program.steps)
     for limit in (program.memory_bytes - 1, held):
@@ -629,9 +629,9 @@ def test_commands_that_do_not_run_ignore_run_limits(capsys, tmp_path):
 # -- refusal before allocation, and no MemoryError ------------------------------------------
 
 AS_SCRIPT = textwrap.dedent("""
-    import json, resource, sys
-    limit = int(sys.argv[1]) << 20
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    import json, sys
+    from tests.platforms import bound_address_space
+    bound_address_space(int(sys.argv[1]))
     import cvmvm, numpy as np
     from cvmvm.vm.verify import Limits
     from tests.test_resources import TABLE, relu_chain, one_op, ints, _t, TensorType
@@ -659,19 +659,19 @@ AS_SCRIPT = textwrap.dedent("""
 
 
 def _address_space_now() -> int:
-    """MiB of address space a Python that imported cvmvm and numpy holds."""
-    probe = ("import cvmvm, numpy\n"
-             "print(next(line for line in open('/proc/self/status') if line.startswith('VmSize')).split()[1])")
+    """Bytes of address space a Python that imported cvmvm and numpy holds."""
+    probe = "import cvmvm, numpy\nfrom tests.platforms import address_space_used\nprint(address_space_used())"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
-    return int(out.stdout) >> 10
+    return int(out.stdout)
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc")
 def test_refused_before_anything_is_allocated_and_never_a_memory_error():
     """With 384 MiB of address space to spare: every table row over a limit is refused at verification
     (it would need GiBs), and a run that does not fit is limit.memory."""
-    limit = _address_space_now() + 384
-    out = subprocess.run([sys.executable, "-c", AS_SCRIPT, str(limit)], capture_output=True, text=True, cwd=REPO)
+    limit = _address_space_now() + (384 << 20)
+    out = subprocess.run([sys.executable, "-c", AS_SCRIPT, str(limit)], capture_output=True, text=True, cwd=REPO,
+                         env=platforms.address_space_env(limit))
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
     assert got.pop("run") == "limit.memory"
@@ -679,8 +679,9 @@ def test_refused_before_anything_is_allocated_and_never_a_memory_error():
 
 
 FIT_SCRIPT = textwrap.dedent("""
-    import json, resource, sys
-    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    import json, sys
+    from tests.platforms import bound_address_space
+    bound_address_space(4 << 30)
     import cvmvm, numpy as np
     from cvmvm.vm.api import Model
     from cvmvm.vm.verify import DEFAULT_MEMORY_LIMIT, verify
@@ -701,7 +702,8 @@ FIT_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS semantics")
 def test_a_program_at_the_default_memory_limit_runs_in_4_gib_of_address_space():
-    out = subprocess.run([sys.executable, "-c", FIT_SCRIPT], capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", FIT_SCRIPT], capture_output=True, text=True, cwd=REPO,
+                         env=platforms.address_space_env(4 << 30))
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)[1] == 2
 
