@@ -35,6 +35,7 @@ from serializer.records.receipt import Receipt
 from serializer.records.transactions import TxInput
 from cvmvm.vm.api import Model
 from cvmvm.vm.batching import Batch, TracedRun
+from cvmvm.vm.blas import one_thread as one_blas_thread
 from cvmvm.vm.trace import program_layout
 from cvmvm.tx import receipt as receipts
 
@@ -152,7 +153,9 @@ class Replayer:
         if ready:
             columns = [self._column(j, inp.type.dtype, [r[3][j].data for r in ready], len(ready), inp.type.shape)
                        for j, inp in enumerate(inputs)]
-            runs = batch.run_rows(columns, len(ready))
+            # One BLAS thread: replay's parallelism is its workers (cvmvm.vm.blas).
+            with one_blas_thread():
+                runs = batch.run_rows(columns, len(ready))
             names = [i.name for i in inputs]
             for (k, tx, claimed, _), got in zip(ready, runs):
                 index, offset, _ = items[k]
