@@ -45,7 +45,7 @@ OK, MISMATCH, ERROR = "ok", "mismatch", "error"
 
 
 class Outcome(NamedTuple):
-    """One transaction's result (a tuple: it crosses process boundaries cheaply)."""
+    """One transaction's result (a tuple: it crosses process boundaries as a plain one, ``tuple(o)``)."""
 
     index: int  # type: ignore[assignment]  # position in the file, from 0 (shadows tuple.index, unused)
     offset: int                      # byte offset of its frame
