@@ -1,24 +1,33 @@
-"""Replay throughput against the batched traced VM rate, measured in one run.
+"""Replay throughput against its ceilings, measured in one run.
 
     python bench/replay.py [--count 20000] [--workers 1 2] [--ray] [--batch 512] [--repeat 3]
 
 Generates digits transactions (``cvmvm tx demo``: signed and unsigned) into a
 temporary directory, then measures, best of --repeat:
 
-- the batched traced VM rate: ``Batch(model, batch).run(feeds)`` over the same
-  inputs, every hash computed (the ceiling replay is held against);
+- the batched traced VM rate: ``Batch(model, batch).run_rows`` over the same
+  inputs, every hash computed, on one BLAS thread as replay runs it (the
+  ceiling replay is held against);
+- Ed25519 on one core: a bare verification (key loaded, message made), and
+  making a receipt's signing message;
+- a record's decode (``decode_tx``) and its id (SHA-256);
 - replay of the unsigned and the signed file, in this process and with worker
   processes (pool start-up included), and on a local Ray (start-up excluded),
   read from the file record by record as ``cvmvm replay`` does.
 
-Prints transactions per second, the ratios the targets name, and for in-process runs the CPU time
-per transaction (which a machine loaded by other jobs changes much less than the rates); asserts
-nothing.
+Prints transactions per second, the ratios the targets name, and the CPU time
+per transaction: this process's (the driver's, with workers), and the worker
+processes' (on Linux, from the forkserver's reaped children's times; not for
+Ray).  A machine loaded by other jobs changes CPU times much less than rates.
+Then where a signed transaction's CPU goes with the most workers, and the rate
+two cores would give at those costs.  Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 import sys
 import tempfile
 import time
@@ -39,6 +48,20 @@ def _records(path: Path, transactions, limit: int) -> list:
     return out
 
 
+def _workers_cpu() -> float | None:
+    """CPU seconds of the worker processes reaped so far: they are the forkserver's children."""
+    try:
+        from multiprocessing import forkserver
+        pid = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+        if not pid:
+            return 0.0
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
+    except (OSError, AttributeError, ValueError, IndexError):
+        return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="replay throughput")
     parser.add_argument("--count", type=int, default=20_000)
@@ -49,23 +72,34 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from serializer.records import transactions
     from cvmvm.cli.demo import demo_model_and_images
     from cvmvm.tx import receipt, schedule, txtools
     from cvmvm.tx.store import Store
     from cvmvm.vm.batching import Batch
+    from cvmvm.vm.blas import one_thread
 
-    cpu: dict[str, float] = {}  # this process's CPU seconds of the best run, by label
+    cpu: dict[str, float] = {}          # this process's CPU seconds of the best run, by label
+    child_cpu: dict[str, float] = {}    # the worker processes' CPU seconds of the best run
 
     def best(f, label: str = "") -> float:
         times = []
         for _ in range(args.repeat):
+            before = _workers_cpu()
             start, start_cpu = time.perf_counter(), time.process_time()
             f()
             times.append(time.perf_counter() - start)
+            after = _workers_cpu()
             if times[-1] == min(times):
                 cpu[label] = time.process_time() - start_cpu
+                if before is not None and after is not None:
+                    child_cpu[label] = after - before
         return min(times)
+
+    def us(seconds: float, n: int) -> float:
+        return 1e6 * seconds / n
 
     model, images = demo_model_and_images()
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,19 +110,48 @@ def main() -> int:
             txtools.generate(model, images, dirs[kind], args.count, signed=kind == "signed")
             print(f"generated {args.count} {kind} transactions in {time.perf_counter() - start:.2f} s")
         with open(dirs["unsigned"] / "txs.cvmtx", "rb") as f:
-            feeds = [[tx.inputs[0][1]] for tx in map(transactions.transaction,
-                                                    (r.body for r in transactions.iter_records(f, "txs")))
+            feeds = [tx.inputs[0][1] for tx in map(transactions.transaction,
+                                                   (r.body for r in transactions.iter_records(f, "txs")))
                      if tx.inputs[0][1].shape == model.inputs["data"].shape and tx.inputs[0][1].dtype == np.int32]
+        column = np.concatenate(feeds)
         batch = Batch(model, args.batch)
-        vm = len(feeds) / best(lambda: batch.run(feeds), "vm")
-        print(f"{'batched traced VM':<30} {vm:10,.0f} runs/s   (the ceiling; {1e6 * cpu['vm'] / len(feeds):.1f} us "
-              f"of CPU per run)")
-        claims = [transactions.decode_tx(r.body)[2] for r in _records(dirs["signed"] / "txs.cvmtx", transactions, 2000)]
-        sig = len(claims) / best(lambda: [receipt.signature_valid(c) for c in claims])
-        print(f"{'Ed25519 verification':<30} {sig:10,.0f} /s on one core (signed replay's ceiling per worker)")
+
+        def vm_run() -> None:
+            with one_thread():
+                batch.run_rows([column], len(feeds))
+
+        vm = len(feeds) / best(vm_run, "vm")
+        vm_us = us(cpu["vm"], len(feeds))
+        print(f"{'batched traced VM':<30} {vm:10,.0f} runs/s   (the ceiling; {vm_us:.1f} us of CPU a run, "
+              f"one BLAS thread)")
+
+        records = _records(dirs["signed"] / "txs.cvmtx", transactions, 2000)
+        bodies = [r.body for r in records]
+        claims = [transactions.decode_tx(b)[2] for b in bodies]
+        good = [c for c in claims if receipt.signature_valid(c)]
+        keys = [Ed25519PublicKey.from_public_bytes(c.signer.public_key) for c in good]
+        messages = [c.signing_message() for c in good]
+
+        def verify() -> None:
+            for k, c, m in zip(keys, good, messages):
+                try:
+                    k.verify(c.signer.signature, m)
+                except InvalidSignature:
+                    pass
+
+        sig = len(good) / best(verify, "ed25519")
+        sig_us = us(cpu["ed25519"], len(good))
+        best(lambda: [c.signing_message() for c in claims], "message")
+        message_us = us(cpu["message"], len(claims))
+        best(lambda: [transactions.decode_tx(b) for b in bodies], "decode")
+        decode_us = us(cpu["decode"], len(bodies))
+        best(lambda: [hashlib.sha256(b).digest() for b in bodies], "id")
+        id_us = us(cpu["id"], len(bodies))
+        print(f"{'Ed25519 verification':<30} {sig:10,.0f} /s on one core ({sig_us:.1f} us; a receipt's signing "
+              f"message {message_us:.1f} us)")
+        print(f"{'record decode, id':<30} {decode_us:10.1f} us, {id_us:.1f} us")
 
         rates: dict[str, float] = {}
-        sig_rate = [sig]
 
         def timed(label: str, kind: str, **kw) -> None:
             store = Store(dirs[kind] / "store")
@@ -100,9 +163,15 @@ def main() -> int:
                     pass
 
             rates[label] = args.count / best(run, label)
-            own = (f"; {1e6 * cpu[label] / args.count:.1f} us of this process's CPU per tx"
-                   if kw.get("workers", 1) == 1 and kw.get("ray") is None else "")
-            print(f"{label:<30} {rates[label]:10,.0f} tx/s   ({rates[label] / vm:.2f} x the VM rate{own})")
+            own = us(cpu[label], args.count)
+            if kw.get("workers", 1) == 1 and kw.get("ray") is None:
+                where = f"{own:.1f} us of CPU per tx"
+            elif kw.get("ray") is None and label in child_cpu:
+                where = (f"{own + us(child_cpu[label], args.count):.1f} us of CPU per tx: workers "
+                         f"{us(child_cpu[label], args.count):.1f}, driver {own:.1f}")
+            else:
+                where = f"driver {own:.1f} us of CPU per tx"
+            print(f"{label:<30} {rates[label]:10,.0f} tx/s   ({rates[label] / vm:.2f} x the VM rate; {where})")
 
         for workers in args.workers:
             timed(f"unsigned, workers={workers}", "unsigned", workers=workers)
@@ -117,19 +186,31 @@ def main() -> int:
                 ray.shutdown()
 
     print()
-    sig = sig_rate[0]
     unsigned = rates.get("unsigned, workers=1")
     if unsigned:
         print(f"unsigned in-process / batched traced VM: {unsigned / vm:.2f}  (target >= 0.46: 60,000 of 131,000)")
     signed2 = rates.get("signed,   workers=2")
     if signed2:
         print(f"signed with 2 workers / (2 x Ed25519 verifications per second on one core): {signed2 / (2 * sig):.2f}  "
-              f"(target >= 0.83: 15,000 of 2 x 9,100)")
+              f"(target >= 0.83: 15,000 of 2 x 9,100); at most {sig_us / (sig_us + vm_us):.2f} while a "
+              f"transaction also runs the VM")
     for kind in ("unsigned", "signed"):
         pool = rates.get(f"{kind + ',':<9} workers={max(args.workers)}")
         ray_rate = rates.get(f"{kind + ',':<9} ray")
         if pool and ray_rate:
             print(f"{kind} process pool / Ray: {pool / ray_rate:.2f}  (target <= 1.5)")
+    label = f"signed,   workers={max(args.workers)}"
+    if max(args.workers) > 1 and label in child_cpu:
+        workers_us, driver_us = us(child_cpu[label], args.count), us(cpu[label], args.count)
+        total = workers_us + driver_us
+        rest = workers_us - sig_us - message_us - vm_us - decode_us - id_us
+        print(f"\na signed transaction with {max(args.workers)} workers, {total:.1f} us of CPU: Ed25519 {sig_us:.1f}, "
+              f"its message {message_us:.1f}, VM {vm_us:.1f}, decode {decode_us:.1f}, id {id_us:.1f}, the rest of "
+              f"the workers' {rest:.1f} (input checks, comparison, outcomes, transport, start-up), driver "
+              f"{driver_us:.1f}")
+        cores = os.cpu_count() or 1
+        print(f"on {cores} cores: {cores * 1e6 / total:,.0f} tx/s at that CPU per transaction, "
+              f"{cores * 1e6 / (sig_us + vm_us):,.0f} tx/s for Ed25519 and the VM alone")
     return 0
 
 

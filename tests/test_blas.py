@@ -1,5 +1,5 @@
 """BLAS threads in traced runs (cvmvm.vm.blas): one while the trace hashes on its own thread,
-whatever the import order, restored after, and never a different result."""
+and in replay's batched runs, whatever the import order, restored after, and never a different result."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cvmvm.vm import api, blas
+from cvmvm.vm import api, batching, blas
+from cvmvm.tx import receipt, schedule
+from cvmvm.tx.store import Store
+from serializer.records import transactions
 from tests.records import blas_libraries
 from tests.test_receipt import build, instr, mlp_model, param
 from serializer.model import Input
@@ -63,6 +66,23 @@ def test_a_traced_run_hashing_in_the_background_uses_one_blas_thread(monkeypatch
         assert threads_during_run(mlp_model(), True, monkeypatch) == 2    # nothing hashed in the background
         assert blas_threads() == 2
     assert blas_threads() == before
+
+
+def test_replay_runs_its_batches_on_one_blas_thread(monkeypatch, tmp_path):
+    """Replay's parallelism is its worker processes: a batched run takes one BLAS thread, then
+    the process has as many as before."""
+    model = mlp_model()
+    store = Store(tmp_path / "store")
+    store.add(model)
+    x = np.array([[5, -100, 127, 7]], dtype=np.int32)
+    r = receipt.make_receipt(model, model.run({"x": x}, trace=True))
+    txs = [transactions.Transaction(model.model_hash, (("x", x),), r)] * 3
+    seen = []
+    real = batching.Batch.run_rows
+    monkeypatch.setattr(batching.Batch, "run_rows", lambda *a, **k: (seen.append(blas_threads()), real(*a, **k))[1])
+    with blas.controller().limit(limits=2, user_api="blas"):
+        assert [o.status for o in schedule.replay(txs, store)] == ["ok"] * 3
+        assert seen == [1] and blas_threads() == 2
 
 
 def test_without_threadpoolctl_only_the_timing_differs(monkeypatch):

@@ -8,6 +8,7 @@ whose it must be.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,18 @@ def sign(r: Receipt, key: Ed25519PrivateKey) -> Receipt:
     return replace(r, signer=Signer(public, key.sign(unsigned.signing_message())))
 
 
+@functools.lru_cache(maxsize=256)
+def _public_key(raw: bytes) -> Ed25519PublicKey:
+    # A chain's receipts come from a few signers: each key is loaded once, not once per receipt.
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
 def signature_valid(r: Receipt) -> bool:
     """Whether a signed receipt's signature verifies under the public key it carries."""
     if r.signer is None:
         return False
     try:
-        Ed25519PublicKey.from_public_bytes(r.signer.public_key).verify(r.signer.signature, r.signing_message())
+        _public_key(r.signer.public_key).verify(r.signer.signature, r.signing_message())
     except (InvalidSignature, ValueError):
         return False
     return True

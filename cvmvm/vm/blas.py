@@ -13,6 +13,12 @@ after.  Without threadpoolctl only the timing differs: no result depends on
 the BLAS thread count (tests/test_determinism.py).  The limit is process-wide
 while it lasts, so an untraced run in another Python thread of the process
 meanwhile runs its GEMMs on one thread too (timing only, again).
+
+Replay's batched runs take one BLAS thread too (``one_thread``): its
+parallelism is its worker processes, one per core, and a second BLAS thread
+per worker made the batched digits run no faster but doubled its CPU (the
+spinning thread), and between two batches it spun on the core the other
+worker, or this worker's signature checks, needed.
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ def controller() -> Any:
     return ThreadpoolController()
 
 
+def one_thread() -> AbstractContextManager[Any]:
+    """One BLAS thread while it lasts, then as before (nothing without threadpoolctl)."""
+    ctl = controller()
+    return nullcontext() if ctl is None else ctl.limit(limits=1, user_api="blas")
+
+
 def hashing_alongside(program: Program) -> AbstractContextManager[Any]:
     """One BLAS thread while a traced run of ``program`` executes, when some tensor of it is
     large enough to be hashed on the background thread (else nothing competes with BLAS)."""
@@ -46,4 +58,4 @@ def hashing_alongside(program: Program) -> AbstractContextManager[Any]:
             body_length(t) >= BACKGROUND_MIN_BYTES for t in program.types)
     if ctl is None or not hashes_alongside:
         return nullcontext()
-    return ctl.limit(limits=1, user_api="blas")
+    return one_thread()

@@ -10,7 +10,7 @@ is cvmvm.tx.receipt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, overload
 
 from isa.types import MAX_OPS
@@ -49,11 +49,18 @@ class Receipt:
     signer: Signer | None = None
 
     def signing_message(self) -> bytes:
-        """What the executing node signs: the tag, then the receipt's canonical bytes with signer nil."""
-        return SIGN_TAG + encode(replace(self, signer=None))
+        """What the executing node signs: the tag, then the receipt's canonical bytes with signer nil
+        (``encode(replace(self, signer=None))``, without making that receipt: a signed replay
+        makes one message per transaction)."""
+        return SIGN_TAG + pack(_wire(self, None))
 
 
 def to_wire(r: Receipt) -> dict[str, Any]:
+    return _wire(r, None if r.signer is None else {"public_key": r.signer.public_key,
+                                                   "signature": r.signer.signature})
+
+
+def _wire(r: Receipt, signer: dict[str, bytes] | None) -> dict[str, Any]:
     return {
         "format": RECEIPT_FORMAT,
         "version": RECEIPT_VERSION,
@@ -63,8 +70,7 @@ def to_wire(r: Receipt) -> dict[str, Any]:
         "output_hash": r.output_hash,
         "trace_root": r.trace_root,
         "ops": r.ops,
-        "signer": None if r.signer is None else {"public_key": r.signer.public_key,
-                                                  "signature": r.signer.signature},
+        "signer": signer,
     }
 
 

@@ -154,8 +154,8 @@ def decode_tx(body: bytes) -> tuple[bytes, tuple[TxInput, ...], Receipt]:
         raise _fail(f"model: expected bin({HASH_SIZE})")
     if type(raw_inputs) is not list:
         raise _fail("inputs: expected an array")
-    inputs = tuple(_input_from_wire(e, k) for k, e in enumerate(raw_inputs))
-    if len({i.name for i in inputs}) != len(inputs):
+    inputs = tuple([_input_from_wire(e, k) for k, e in enumerate(raw_inputs)])
+    if len(inputs) > 1 and len({i.name for i in inputs}) != len(inputs):
         raise _fail(f"input names {[i.name for i in inputs]} are not unique")
     claimed = receipt.from_wire(top["receipt"], _READER)
     # Every field was type-checked above, so re-packing what was unpacked gives the
