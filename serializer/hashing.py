@@ -321,8 +321,10 @@ def chunk_root(body: memoryview) -> bytes:
 
 
 def blocks_root(body: memoryview, size: int) -> bytes:
-    """``tree_root(chunk_leaves(body, size))`` of a body of at least two chunks: each pair of leaves
-    is hashed straight into its parent (no list of leaves), then ``tree_root`` folds the parents."""
+    """``tree_root(chunk_leaves(body, size))``: each pair of leaves is hashed straight into its
+    parent (no list of leaves), then ``tree_root`` folds the parents.  Also the root of a block of
+    a body's chunks (a power-of-two run of them, or its last ones): in an RFC 6962 tree the nodes at
+    height m are the roots of consecutive 2^m-leaf blocks, so block roots fold into the chunk root."""
     return rows_roots(body, len(body), size)[0]
 
 
@@ -377,6 +379,16 @@ class Committer:
     def body(self, value: np.ndarray) -> memoryview:
         """``tensor_body(value, self.type)``."""
         return _body(value, self._lane, self._channel_last)
+
+    def write_body(self, value: np.ndarray, out: np.ndarray) -> None:
+        """Write ``tensor_body(value, self.type)`` into ``out`` (``self.length`` uint8), narrowing into
+        the lanes and reordering in the same pass."""
+        lanes = out.view(self._lane)
+        if self._channel_last:
+            n, c, h, w = value.shape
+            np.copyto(lanes.reshape(n, h, w, c), value.transpose(0, 2, 3, 1), casting="unsafe")
+        else:
+            np.copyto(lanes.reshape(value.shape), value, casting="unsafe")
 
     def of_root(self, root: bytes) -> bytes:
         """``commitment_of(self.type, root)``."""

@@ -1,8 +1,9 @@
-"""BLAS threads in traced runs (cvmvm.vm.blas): one while the trace hashes on its own thread,
-and in replay's batched runs, whatever the import order, restored after, and never a different result."""
+"""BLAS threads (cvmvm.vm.blas): a core left to a traced run's hashing process while it works,
+one in replay's batched runs, whatever the import order, restored after, and never a different result."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cvmvm.vm import api, batching, blas
+from cvmvm.vm import api, batching, blas, hashworker
 from cvmvm.tx import receipt, schedule
 from cvmvm.tx.store import Store
 from serializer.records import transactions
@@ -23,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def big_model():
-    """A dense layer over 64 KiB tensors: traced, its output is hashed on the background thread."""
+    """A dense layer over 64 KiB tensors: traced, its output is hashed by the hashing process."""
     w = np.arange(128 * 256, dtype=np.int32).reshape(128, 256) % 7 - 3
     return build([Input("x", TensorType((128, 256), 8))], [param("w", w)],
                  [instr("dense", (0, 1), 2, units=128, use_bias=False)], [2])
@@ -57,20 +58,33 @@ def threads_during_run(model, trace: bool, monkeypatch) -> int:
     return seen[0]
 
 
-def test_a_traced_run_hashing_in_the_background_uses_one_blas_thread(monkeypatch):
+def test_a_traced_run_beside_the_hashing_process_leaves_it_a_core(monkeypatch):
     needs_a_thread_pool()
+    assert hashworker.start() is not None
     before = blas_threads()
-    with blas.controller().limit(limits=2, user_api="blas"):
-        assert threads_during_run(big_model(), True, monkeypatch) == 1
-        assert threads_during_run(big_model(), False, monkeypatch) == 2   # untraced: nothing to share with
-        assert threads_during_run(mlp_model(), True, monkeypatch) == 2    # nothing hashed in the background
-        assert blas_threads() == 2
+    with blas.controller().limit(limits=os.cpu_count() + 1, user_api="blas"):
+        assert threads_during_run(big_model(), True, monkeypatch) == blas.threads_beside_hashing()
+        assert threads_during_run(big_model(), False, monkeypatch) == os.cpu_count() + 1   # untraced
+        assert threads_during_run(mlp_model(), True, monkeypatch) == os.cpu_count() + 1    # all hashed inline
+        assert blas_threads() == os.cpu_count() + 1
     assert blas_threads() == before
+
+
+def test_a_traced_run_never_raises_the_blas_threads(monkeypatch):
+    """Inside replay's one thread a traced run beside the hashing process stays on one."""
+    needs_a_thread_pool()
+    assert hashworker.start() is not None
+    with blas.controller().limit(limits=os.cpu_count() + 1, user_api="blas"):
+        with blas.one_thread():
+            assert threads_during_run(big_model(), True, monkeypatch) == 1
+            assert blas_threads() == 1
+        assert blas_threads() == os.cpu_count() + 1
 
 
 def test_replay_runs_its_batches_on_one_blas_thread(monkeypatch, tmp_path):
     """Replay's parallelism is its worker processes: a batched run takes one BLAS thread, then
     the process has as many as before."""
+    needs_a_thread_pool()
     model = mlp_model()
     store = Store(tmp_path / "store")
     store.add(model)
@@ -105,14 +119,15 @@ def test_the_same_mechanism_whatever_the_import_order(first):
     imports = "import numpy\nimport cvmvm\n" if first == "numpy" else "import cvmvm\nimport numpy\n"
     code = imports + (
         "import os, numpy as np\n"
-        "from cvmvm.vm import api, blas\n"
+        "from cvmvm.vm import api, blas, hashworker\n"
         "from tests.test_blas import big_model, blas_threads\n"
+        "assert hashworker.start() is not None\n"
         "seen = []\n"
         "real = api.execute\n"
         "api.execute = lambda *a, **k: (seen.append(blas_threads()), real(*a, **k))[1]\n"
         "big_model().run({'x': np.ones((128, 256), np.int32)}, trace=True)\n"
-        "print(seen[0], 'OPENBLAS_THREAD_TIMEOUT' in os.environ)\n")
+        "print(seen[0] == blas.threads_beside_hashing(), 'OPENBLAS_THREAD_TIMEOUT' in os.environ)\n")
     env = {"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "2"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
                           timeout=120)
-    assert proc.stdout.split() == ["1", "False"], proc.stderr
+    assert proc.stdout.split() == ["True", "False"], proc.stderr

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+from cvmvm.vm import hashworker  # noqa: E402
 from tests.fixture_script import generate  # noqa: E402
 
 
@@ -94,19 +95,15 @@ def test_uint64_input_saturates_in_either_byte_order(order):
     assert generate.golden_record("u64", model, {"data": big}) == generate.golden_record("u64", model, {"data": top})
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("backlog", ["default", "tiny"])
-def test_repeated_traced_runs_never_depend_on_hashing_timing(monkeypatch, threads, backlog):
-    """The trace hashes blocks on background threads while later kernels run and frees tensors
-    as it goes: repeated runs over every input layout, with one or two hashing threads and with
-    the backlog that makes the executing thread hash inline, give the golden trace each time
-    (a block read after its buffer were reused or freed would show here)."""
-    from concurrent.futures import ThreadPoolExecutor
-    from cvmvm.vm import trace as tracing
-    pool = ThreadPoolExecutor(max_workers=threads)
-    monkeypatch.setattr(tracing, "_pool", (os.getpid(), pool))
-    if backlog == "tiny":
-        monkeypatch.setattr(tracing, "MAX_BACKLOG_BYTES", tracing.BACKGROUND_MIN_BYTES)
+@pytest.mark.parametrize("ring", [hashworker.RING_BYTES, 3 << 19, 1 << 18])
+def test_repeated_traced_runs_never_depend_on_hashing_timing(monkeypatch, ring):
+    """The trace hands large bodies to the hashing process and goes on, while execution frees their
+    tensors: repeated runs over every input layout give the golden trace each time, with the
+    default ring and with one so small that bodies wait for earlier blocks, wrap around it, or do
+    not fit and are hashed inline (a block read after its bytes were reused would show here)."""
+    worker = hashworker.HashWorker(ring)
+    monkeypatch.setattr(hashworker, "_worker", worker)
+    assert worker.ready.wait(30) and not worker.broken
     model = generate.load_fixture_model("perf")
     want = golden("perf")[0]
     x = generate.load_fixture_inputs("perf")[int(want["id"].split("/")[1])]
@@ -117,5 +114,6 @@ def test_repeated_traced_runs_never_depend_on_hashing_timing(monkeypatch, thread
                 result = model.run({"data": value}, trace=True)
                 assert [e.commitment.hex() for e in result.trace.entries] == want["trace"]
                 assert result.trace.root.hex() == want["trace_root"]
+        assert not worker.broken and worker.answered > 0
     finally:
-        pool.shutdown()
+        worker.close()

@@ -31,7 +31,6 @@ from serializer.hashing import (audit_path, body_length, chunk_count, chunk_leav
 from serializer.records.program import InstrRecord, decode_instr
 from serializer.records.stepproof import Chunk, Head, Operand, Result, StepProof
 from cvmvm.vm.api import Model
-from cvmvm.vm.blas import hashing_alongside
 from cvmvm.vm.execute import execute
 from cvmvm.vm.trace import Trace, Tracer, make_trace, program_layout
 from cvmvm.vm.verify import NOT_RUN, Limits, Program, verify_instruction, verify_types
@@ -129,7 +128,7 @@ def prove_step(model: Model, inputs: Mapping[str, np.ndarray], step: int,
         if t in wanted:
             kept[t] = value
 
-    with hashing_alongside(program):
+    with tracer.running():
         execute(program, inputs, observe)
     trace = tracer.trace()
     return make_proof(program, trace, kept, step, element), trace
@@ -171,7 +170,8 @@ def prove_against(model: Model, inputs: Mapping[str, np.ndarray], disputed: Sequ
         tracer(t, value)
         kept[t] = value
 
-    execute(program, inputs, observe)
+    with tracer.running():
+        execute(program, inputs, observe)
     honest = tracer.commitments
     n_in = len(program.model.inputs)
     if list(disputed[:n_in]) != honest[:n_in]:

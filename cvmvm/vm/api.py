@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
 
@@ -17,7 +18,6 @@ from serializer.hashing import Committer, model_hash, outputs_hash
 from serializer.limits import MAX_GRAPH_JSON_BYTES, MAX_PARAMS_BYTES
 from cvmvm import files
 from cvmvm.vm.batching import Batch
-from cvmvm.vm.blas import hashing_alongside
 from cvmvm.vm.execute import Clipping, TensorObserver, execute, peak_bytes, prepare_inputs
 from cvmvm.vm.trace import Trace, Tracer, make_trace, program_layout, tensor_name
 from cvmvm.vm.verify import (DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, kept_memory, verify,
@@ -191,10 +191,7 @@ class Model:
                     tracer(t, value)
                 kept.append(value)  # tensors arrive in id order
         clipped: list[Clipping] = []
-        if trace:
-            with hashing_alongside(self.program):
-                outputs, peak = execute(self.program, inputs, observe, clipped)
-        else:
+        with tracer.running() if tracer is not None else nullcontext():
             outputs, peak = execute(self.program, inputs, observe, clipped)
         if tracer is not None:
             commitments = tuple(tracer.commitments[t] for t in self.program.model.outputs)

@@ -252,7 +252,8 @@ def _run_one(model: Verified, feeds: Sequence[np.ndarray], outputs: bool) -> Tra
     names = [i.name for i in program.model.inputs]
     tracer = Tracer(program)
     try:
-        values, _ = execute(program, dict(zip(names, feeds)), tracer)
+        with tracer.running():
+            values, _ = execute(program, dict(zip(names, feeds)), tracer)
     except CvmError as e:
         return e
     trace = tracer.trace()

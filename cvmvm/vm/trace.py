@@ -6,26 +6,21 @@ tensor's position, the params' commitments, the program records, their tree and
 the program root.  A ``Tracer`` observes a run and commits each tensor once, as
 it is produced.
 
-Hashing is most of a traced run's extra cost.  A large tensor's body (its
-chunks are 4096 bytes) is cut into blocks of ``BLOCK_CHUNKS`` chunks; the root
-of each block is computed by one of two hashing threads (hashlib releases the
-GIL on a chunk, so both cores hash while the next kernel runs), and the block
-roots fold into the chunk root: in an RFC 6962 tree the nodes at height m are
-exactly the roots of consecutive 2^m-leaf blocks.  Each commitment is stored under its tensor id, so the order in
-which the threads finish changes nothing.  The threads never keep a tensor (or
-its committed body) past its last use: verification's memory bound counts a
-tensor only while it is live, so a tensor about to be freed is waited for
-(one that dies at once included).
+Hashing is most of a traced run's extra cost.  A large tensor's body is
+copied into a buffer shared with a hashing process (cvmvm.vm.hashworker), cut
+into blocks of whole chunks whose roots the process computes while the next
+kernels run; the block roots fold into the chunk root (in an RFC 6962 tree the
+nodes at height m are exactly the roots of consecutive 2^m-leaf blocks).  Each
+commitment is stored under its tensor id, so when the process answers changes
+nothing, and the tensor itself may be freed as soon as it is copied.
 """
 
 from __future__ import annotations
 
-import os
+import functools
 import threading
 import weakref
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-import functools
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Sequence, cast
 
@@ -33,11 +28,13 @@ import numpy as np
 
 from isa.errors import InternalError
 from isa.types import TensorType
-from serializer.hashing import (CHUNK_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, Committer, TraceEntry, audit_path,
-                                chunk_leaves, chunk_root, input_commitment, leaf_hash, program_root, trace_root,
-                                tree_levels, tree_root)
+from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, Committer, TraceEntry, audit_path,
+                                body_length, input_commitment, leaf_hash, program_root, trace_root, tree_levels,
+                                tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.records.trace import entry_to_json, trace_doc
+from cvmvm.vm import blas, hashworker
+from cvmvm.vm.hashworker import Block
 from cvmvm.vm.verify import Program
 
 
@@ -51,7 +48,6 @@ class ProgramLayout:
     counts: tuple[int, int, int, int, int]       # I, P, N, H, T
     records: tuple[bytes, ...]                   # inputs, params, instructions, heads
     levels: list[list[bytes]]                    # the records' tree
-    dying: dict[int, frozenset[int]]             # the tensors execution frees once this one is made
     committers: tuple[Committer, ...]            # by tensor id (one per type)
 
     @functools.cached_property
@@ -85,10 +81,8 @@ def _layout(program: Program) -> ProgramLayout:
                              s.attrs, by_id) for s in program.steps]
     records += [head_record(h, t) for h, t in enumerate(model.outputs)]
     counts = (n_in, len(model.params), len(program.steps), len(model.outputs), len(types))
-    # The last output of step i is the tensor after which execution frees free_after[i].
-    dying = {s.outputs[-1]: frozenset(program.free_after[s.index]) for s in program.steps}
     return ProgramLayout(tuple(positions), tuple(labels), params, counts, tuple(records),
-                         tree_levels([leaf_hash(r) for r in records]), dying, committers)
+                         tree_levels([leaf_hash(r) for r in records]), committers)
 
 
 # By id(program), dropped when the program is.
@@ -182,49 +176,34 @@ def make_trace(program: Program, commitments: Sequence[bytes | None], root: byte
     return Trace(known, inputs, root, program)
 
 
-# A hashing task: the root of this many chunks (1 MiB).  A power of two, so that
-# block roots are nodes of the tensor's chunk tree.
-BLOCK_CHUNKS = 256
-BLOCK_BYTES = BLOCK_CHUNKS * CHUNK_SIZE
-# Below this size a tensor is committed at once: handing it to a thread costs more.
+# Below this size a tensor is committed at once: handing it to the hashing process costs more.
 BACKGROUND_MIN_BYTES = 1 << 16
-# When the threads are behind by this much, the executing thread commits the next
-# tensor itself: all three share the hashing, and the memory held for it stays bounded.
-MAX_BACKLOG_BYTES = 1 << 23
-
-_pool_lock = threading.Lock()
-_pool: tuple[int, ThreadPoolExecutor] | None = None
 
 
-def _hashers() -> ThreadPoolExecutor:
-    """The two hashing threads of this process (a forked child starts its own)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="cvmvm-hash"))
-        return _pool[1]
-
-
-def _block_root(body: memoryview) -> bytes:
-    # A block is part of a body of more than BACKGROUND_MIN_BYTES: its chunks are large ones.
-    return tree_root(chunk_leaves(body, CHUNK_SIZE))
-
-
+def hashes_alongside(program: Program) -> bool:
+    """Whether a traced run of ``program`` has a tensor large enough for the hashing process."""
+    decided = program.runtime.get("hashes_alongside")   # once per program, not per run
+    if decided is None:
+        decided = program.runtime["hashes_alongside"] = any(
+            body_length(t) >= BACKGROUND_MIN_BYTES for t in program.types)
+    return cast(bool, decided)
 
 
 class Tracer:
-    """An execution observer that commits each tensor once, as it is produced."""
+    """An execution observer that commits each tensor once, as it is produced: a small one at once,
+    a large one by the hashing process (cvmvm.vm.hashworker) from a copy of its body, while
+    execution goes on (and frees the tensor when it likes)."""
 
     def __init__(self, program: Program) -> None:
         self.program = program
         self.layout = layout = program_layout(program)
         self._commitments: list[bytes | None] = [None] * len(program.types)
-        self._pending: deque[tuple[int, int, list[Future[bytes]]]] = deque()  # (tensor, bytes, block roots)
-        self._backlog = 0
+        self._pending: list[tuple[int, list[Block]]] = []   # (tensor, its blocks in the hashing process)
         self._first_param = len(program.model.inputs)
         self._params = tuple(p.value for p in program.model.params)
         self._committers = layout.committers
-        self._dying = layout.dying
+        # Without a way to hold BLAS back (cvmvm.vm.blas), its spinning threads would starve the process.
+        self.worker = hashworker.worker() if hashes_alongside(program) and blas.controller() is not None else None
 
     def __call__(self, tensor: int, value: np.ndarray) -> None:
         k = tensor - self._first_param
@@ -232,36 +211,26 @@ class Tracer:
             self._commitments[tensor] = self.layout.params[k]
             return
         committer = self._committers[tensor]
-        if not self._pending and committer.length <= CHUNK_SIZE:
-            # Most tensors of a small model: one chunk, nothing in flight to wait for.
-            self._commitments[tensor] = committer(value)
-            return
-        while self._pending and all(f.done() for f in self._pending[0][2]):
-            self._collect()
-        body = committer.body(value)
-        size = len(body)
-        if size < BACKGROUND_MIN_BYTES or (self._backlog and self._backlog + size > MAX_BACKLOG_BYTES):
-            self._commitments[tensor] = committer.of_root(chunk_root(body))
-        else:
-            pool = _hashers()
-            blocks = [pool.submit(_block_root, body[i:i + BLOCK_BYTES]) for i in range(0, size, BLOCK_BYTES)]
-            self._pending.append((tensor, size, blocks))
-            self._backlog += size
-        # Execution frees these as soon as this call returns (this one too, when nothing reads it).
-        dying = self._dying.get(tensor)
-        while dying and any(p[0] in dying for p in self._pending):
-            self._collect()
+        if self.worker is not None and committer.length >= BACKGROUND_MIN_BYTES:
+            blocks = self.worker.put(committer.length, committer.chunk, functools.partial(committer.write_body, value))
+            if blocks is not None:
+                self._pending.append((tensor, blocks))
+                return
+        self._commitments[tensor] = committer(value)
 
-    def _collect(self) -> None:
-        tensor, size, blocks = self._pending.popleft()
-        self._commitments[tensor] = self._committers[tensor].of_root(tree_root([f.result() for f in blocks]))
-        self._backlog -= size
+    def running(self) -> AbstractContextManager[Any]:
+        """Around the execution this tracer observes: BLAS holds back while the hashing process
+        works (cvmvm.vm.blas)."""
+        return blas.hashing_alongside(self.worker is not None)
 
     @property
     def commitments(self) -> list[bytes]:
-        """Every tensor's commitment so far, by tensor id (waits for the hashing threads)."""
-        while self._pending:
-            self._collect()
+        """Every tensor's commitment, by tensor id (waits for the hashing process)."""
+        worker = self.worker
+        for tensor, blocks in self._pending:
+            root = tree_root([worker.root(b) for b in blocks])  # type: ignore[union-attr]
+            self._commitments[tensor] = self._committers[tensor].of_root(root)
+        self._pending.clear()
         return self._commitments  # type: ignore[return-value]
 
     def trace(self) -> Trace:

@@ -1,0 +1,228 @@
+"""A second process that hashes a traced run's large tensors while the run goes on.
+
+A tensor's commitment is a tree of one SHA-256 call per 4096-byte chunk, some
+6,000 calls per perf run.  hashlib releases the GIL only inside each call, so a
+hashing *thread* takes the GIL back 6,000 times against an executor whose small
+numpy calls hold it: on a 2-core machine both slowed down, and a traced perf run
+took longer with two hashing threads (45 ms) than hashing inline (34 ms).  A
+process has its own interpreter: the executor copies each large body into a
+buffer both processes map, names its blocks on a pipe, and goes on; the
+process sends back each block's root (perf traced: 23 ms).
+
+Only timing depends on it: a block root is ``serializer.hashing.blocks_root`` of
+the same bytes in either process, and every block the process cannot answer
+(it died, or never started) is hashed by the executor from the same buffer.
+The buffer is a ring of RING_BYTES, reused in request order; a body that does
+not fit is hashed inline.
+
+One worker per process, started on the second traced run that has a large
+tensor (a single ``cvmvm run --trace`` never pays for it) and used once it has
+said it is ready; a forked child starts its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from pathlib import Path
+from typing import IO, Callable
+
+import numpy as np
+
+from serializer.hashing import blocks_root
+
+RING_BYTES = 1 << 25
+BLOCK_BYTES = 1 << 20     # a request: 256 chunks of 4096 bytes
+_REQUEST = struct.Struct("<QII")
+_CHILD = Path(__file__).with_name("hashchild.py")
+_ROOT = Path(__file__).resolve().parent.parent.parent   # holds the serializer package
+
+
+class Block:
+    """One block in flight: its bytes in the ring, and its root once the process sent it."""
+
+    __slots__ = ("offset", "length", "chunk", "root", "done")
+
+    def __init__(self, offset: int, length: int, chunk: int) -> None:
+        self.offset, self.length, self.chunk = offset, length, chunk
+        self.root: bytes | None = None
+        self.done = threading.Event()
+
+
+class HashWorker:
+    """The hashing process and the ring it shares with this one."""
+
+    def __init__(self, ring_bytes: int = RING_BYTES) -> None:
+        self.ring_bytes = ring_bytes
+        self._lock = threading.Lock()        # the ring and the request order
+        self._inflight: deque[Block] = deque()     # holding ring bytes, in request order
+        self._unanswered: deque[Block] = deque()   # sent, awaiting their roots, in request order
+        self._put_lock = threading.Lock()          # one body at a time: reserve, write, send
+        self.ready = threading.Event()
+        self.broken = False
+        self.answered = 0                          # blocks whose roots the process sent
+        self._file = _shared_file(ring_bytes)
+        self._ring = mmap.mmap(self._file.fileno(), ring_bytes)
+        self.array = np.frombuffer(self._ring, dtype=np.uint8)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", str(_CHILD), str(_ROOT), str(self._file.fileno()), str(ring_bytes)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(self._file.fileno(),))
+        self._stdin: IO[bytes] = self._proc.stdin  # type: ignore[assignment]
+        threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="cvmvm-hash-reader").start()
+
+    def _read(self, stdout: IO[bytes]) -> None:
+        if stdout.read(1) == b"R":
+            self.ready.set()
+            while True:
+                root = stdout.read(32)
+                if len(root) != 32:
+                    break
+                with self._lock:
+                    block = self._unanswered.popleft()
+                block.root = root
+                self.answered += 1
+                block.done.set()
+        self._fail()
+
+    def _fail(self) -> None:
+        """The process is gone: every block it did not answer is the executor's to hash."""
+        self.broken = True
+        self.ready.set()
+        with self._lock:
+            left = list(self._unanswered)
+        for block in left:
+            block.done.set()
+
+    def _reserve(self, length: int) -> int | None:
+        """An offset where ``length`` bytes may be written, or None when the ring cannot hold them.
+        When it is full, waits for the oldest blocks: the process answers in request order, so the
+        blocks in flight always fill one stretch of the ring, from the oldest to the newest."""
+        length = -(-length // 64) * 64    # every body starts on a cache line
+        if length > self.ring_bytes:
+            return None
+        while True:
+            with self._lock:
+                if self.broken:
+                    return None
+                while self._inflight and self._inflight[0].done.is_set():
+                    self._inflight.popleft()
+                if not self._inflight:
+                    return 0
+                oldest, newest = self._inflight[0], self._inflight[-1]
+                end = -(-(newest.offset + newest.length) // 64) * 64
+                if newest.offset >= oldest.offset:    # free: [end, ring_bytes) and [0, oldest)
+                    if self.ring_bytes - end >= length:
+                        return end
+                    if oldest.offset >= length:
+                        return 0
+                elif oldest.offset - end >= length:   # wrapped; free: [end, oldest)
+                    return end
+            oldest.done.wait()
+
+    def put(self, length: int, chunk: int, write: Callable[[np.ndarray], None]) -> list[Block] | None:
+        """Have ``write`` fill ``length`` bytes of the ring and send them, in blocks of BLOCK_BYTES
+        (whole chunks, so that block roots are nodes of the chunk tree); None when the ring cannot
+        take them (too long, or the process is gone): the caller hashes them itself."""
+        with self._put_lock:
+            offset = self._reserve(length)
+            if offset is None:
+                return None
+            write(self.array[offset:offset + length])
+            blocks = [Block(offset + i, min(BLOCK_BYTES, length - i), chunk) for i in range(0, length, BLOCK_BYTES)]
+            with self._lock:
+                if not self.broken:
+                    try:
+                        self._stdin.write(b"".join(_REQUEST.pack(b.offset, b.length, chunk) for b in blocks))
+                        self._stdin.flush()
+                    except OSError:
+                        self.broken = True
+                if self.broken:
+                    for b in blocks:
+                        b.done.set()
+                else:
+                    self._inflight.extend(blocks)
+                    self._unanswered.extend(blocks)
+            return blocks
+
+    def root(self, block: Block) -> bytes:
+        """The block's root: the process's answer, or computed here from the same bytes."""
+        block.done.wait()
+        if block.root is None:
+            return blocks_root(memoryview(self._ring)[block.offset:block.offset + block.length], block.chunk)
+        return block.root
+
+    def close(self) -> None:
+        try:
+            self._stdin.close()
+            self._proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+
+
+def _shared_file(size: int) -> IO[bytes]:
+    """Memory both processes map: an anonymous memory file where the system has them (Linux),
+    else a temporary file (unlinked at once)."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("cvmvm-hash")   # close-on-exec: only the hashing process gets it (pass_fds)
+        os.ftruncate(fd, size)
+        return open(fd, "r+b", buffering=0)
+    f = tempfile.TemporaryFile()
+    f.truncate(size)
+    return f
+
+
+_state_lock = threading.Lock()
+_worker: HashWorker | None = None
+_asked = 0            # traced runs with a large tensor so far in this process
+_failed = False       # starting the process failed: never again in this process
+
+
+def worker() -> HashWorker | None:
+    """The process's hashing worker when it is ready to take blocks; None before (the caller
+    hashes inline).  Started on the second call."""
+    global _worker, _asked, _failed
+    w = _worker
+    if w is not None and w.ready.is_set():
+        return None if w.broken else w
+    with _state_lock:
+        _asked += 1
+        if _worker is None and _asked >= 2 and not _failed:
+            try:
+                _worker = HashWorker()
+            except OSError:
+                _failed = True
+            else:
+                atexit.register(_worker.close)
+    return None
+
+
+def start(timeout: float = 30.0) -> HashWorker | None:
+    """The worker, started now if it is not yet, once it is ready (benchmarks and tests measure
+    the steady state); None when it cannot start or did not get ready in time."""
+    global _worker
+    with _state_lock:
+        if _worker is None:
+            try:
+                _worker = HashWorker()
+            except OSError:
+                return None
+            atexit.register(_worker.close)
+        w = _worker
+    w.ready.wait(timeout)
+    return w if w.ready.is_set() and not w.broken else None
+
+
+def _forget_in_child() -> None:
+    """A forked child shares its parent's pipes: it starts a worker of its own if it needs one."""
+    global _worker, _asked
+    _worker, _asked = None, 0
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

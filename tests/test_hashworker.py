@@ -1,0 +1,153 @@
+"""The hashing process (cvmvm.vm.hashworker): every block root it gives is serializer.hashing's, the
+ring never hands out bytes still in flight, and whatever happens to the process (it never starts,
+it dies with blocks in flight) a traced run gives the same trace."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from serializer.hashing import CHUNK_SIZE, chunk_leaves, tree_root
+from cvmvm.vm import hashworker
+from tests.fixture_script import generate
+
+
+@pytest.fixture(scope="module")
+def small_ring():
+    worker = hashworker.HashWorker(1 << 16)
+    assert worker.ready.wait(30) and not worker.broken
+    yield worker
+    worker.close()
+
+
+def root_of(data: bytes) -> bytes:
+    """A block's root by the definition: the tree of its 4096-byte chunks' leaves."""
+    return tree_root(chunk_leaves(memoryview(data), CHUNK_SIZE))
+
+
+def put_bytes(worker: hashworker.HashWorker, data: bytes) -> list[hashworker.Block] | None:
+    def write(out: np.ndarray) -> None:
+        out[:] = np.frombuffer(data, dtype=np.uint8)
+    return worker.put(len(data), CHUNK_SIZE, write)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 40000), min_size=1, max_size=12), st.integers(0, 2**32))
+def test_block_roots_are_the_chunk_tree_roots_while_the_ring_wraps(small_ring, sizes, seed):
+    """Bodies of many sizes through a 64 KiB ring, several in flight at once: each block's root is
+    the root of its own bytes' chunk tree (a region handed out twice would give a wrong one)."""
+    rnd = random.Random(seed)
+    sent = []
+    for n in sizes:
+        data = rnd.randbytes(n)
+        blocks = put_bytes(small_ring, data)
+        assert blocks is not None
+        sent.append((data, blocks))
+        if rnd.random() < 0.3:   # sometimes collect early, sometimes let the ring fill
+            data, blocks = sent.pop(0)
+            assert [small_ring.root(b) for b in blocks] == [root_of(data)]
+    for data, blocks in sent:
+        want = [root_of(data[i:i + hashworker.BLOCK_BYTES]) for i in range(0, len(data), hashworker.BLOCK_BYTES)]
+        assert [small_ring.root(b) for b in blocks] == want
+    assert not small_ring.broken
+
+
+def test_a_body_longer_than_the_ring_is_refused(small_ring):
+    assert put_bytes(small_ring, bytes(small_ring.ring_bytes + 1)) is None
+
+
+def test_bodies_longer_than_a_block_are_cut_into_blocks_of_whole_chunks():
+    worker = hashworker.start()
+    assert worker is not None
+    data = os.urandom(2 * hashworker.BLOCK_BYTES + 3 * CHUNK_SIZE + 17)
+    blocks = put_bytes(worker, data)
+    assert [b.length for b in blocks] == [hashworker.BLOCK_BYTES, hashworker.BLOCK_BYTES, 3 * CHUNK_SIZE + 17]
+    assert [worker.root(b) for b in blocks] == [root_of(data[b.offset - blocks[0].offset:][:b.length]) for b in blocks]
+
+
+def test_blocks_in_flight_when_the_process_dies_are_hashed_here():
+    worker = hashworker.HashWorker(1 << 20)
+    assert worker.ready.wait(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)      # nothing it receives now is answered
+    data = os.urandom(300000)
+    blocks = put_bytes(worker, data)
+    os.kill(worker._proc.pid, signal.SIGKILL)
+    assert [worker.root(b) for b in blocks] == [root_of(data)]
+    assert worker.broken and put_bytes(worker, data) is None
+    worker.close()
+
+
+def traced(name: str) -> bytes:
+    model = generate.load_fixture_model(name)
+    return model.run({"data": generate.load_fixture_inputs(name)[0]}, trace=True).trace.root
+
+
+def test_a_run_whose_process_dies_midway_gives_the_same_trace(monkeypatch):
+    want = traced("perf")
+    worker = hashworker.HashWorker()
+    monkeypatch.setattr(hashworker, "_worker", worker)
+    assert worker.ready.wait(30)
+    from cvmvm.vm import trace as tracing
+    real_call = tracing.Tracer.__call__
+    killed = []
+
+    def observe(self, tensor, value):   # the process dies halfway through the run
+        real_call(self, tensor, value)
+        if tensor == 80 and not killed:
+            os.kill(worker._proc.pid, signal.SIGKILL)
+            killed.append(tensor)
+    monkeypatch.setattr(tracing.Tracer, "__call__", observe)
+    assert traced("perf") == want and killed
+    worker._proc.wait(10)
+    monkeypatch.undo()
+    monkeypatch.setattr(hashworker, "_worker", worker)
+    assert worker.ready.is_set() and worker.broken and hashworker.worker() is None
+    assert traced("perf") == want    # later runs hash inline
+    worker.close()
+
+
+def test_a_process_that_never_starts_leaves_runs_inline(monkeypatch):
+    want = traced("perf")
+    monkeypatch.setattr(hashworker, "_CHILD", hashworker._CHILD.with_name("no-such-file.py"))
+    worker = hashworker.HashWorker()
+    assert worker.ready.wait(30) and worker.broken
+    monkeypatch.setattr(hashworker, "_worker", worker)
+    assert hashworker.worker() is None
+    assert traced("perf") == want
+
+
+def test_started_on_the_second_traced_run_with_a_large_tensor(monkeypatch):
+    monkeypatch.setattr(hashworker, "_worker", None)
+    monkeypatch.setattr(hashworker, "_asked", 0)
+    assert hashworker.worker() is None and hashworker._worker is None
+    assert hashworker.worker() is None and hashworker._worker is not None   # started, not yet ready
+    started = hashworker._worker
+    assert started.ready.wait(30)
+    assert hashworker.worker() is started
+    started.close()
+
+
+def test_a_forked_child_starts_its_own():
+    assert hashworker.start() is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: its parent's worker is not its own
+        os.write(write, b"1" if hashworker._worker is None else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.close(write)
+    assert hashworker._worker is not None
+
+
+def test_the_process_imports_no_more_than_the_hashing():
+    """It runs by path (python -I), with the directory of the serializer package and nothing else of
+    cvmvm: importing the VM there would cost a second start-up for nothing."""
+    source = hashworker._CHILD.read_text(encoding="utf-8")
+    assert "import cvmvm" not in source and "from cvmvm" not in source
