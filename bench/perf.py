@@ -51,6 +51,18 @@ CORTEX_MS = {"perf": {1: 45.1, 2: 26.4}, "perf-large": {1: 202.6, 2: 118.2},
              "digits": {1: 1e3 / 107_000, 2: 1e3 / 107_000}}
 
 
+def cpu_model() -> str:
+    """The processor's name (figures differ between machines of the same size), where Linux says it."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "an unnamed processor"
+
+
 def cpu_idle(seconds: float = 0.5) -> float:
     """Fraction of all CPUs idle over the next ``seconds`` (from /proc/stat)."""
     def sample() -> tuple[int, int]:
@@ -365,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args)
         return 0
-    print(f"cvmvm bench: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(f"cvmvm bench: {os.cpu_count()} CPUs ({cpu_model()}), load average {os.getloadavg()[0]:.2f}")
     traced: dict[tuple[str, str, str], float] = {}
     orders = args.orders.split(",")
     for th in args.threads.split(","):
