@@ -82,6 +82,31 @@ def test_blocks_in_flight_when_the_process_dies_are_hashed_here():
     worker.close()
 
 
+def test_a_process_that_answers_nothing_in_time_is_given_up():
+    """Stopped (SIGSTOP), it is neither dead nor answering: after answer_seconds the executor kills
+    it and hashes the blocks itself, and the next body is refused to it."""
+    worker = hashworker.HashWorker(1 << 20, answer_seconds=0.5)
+    assert worker.ready.wait(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    data = os.urandom(300000)
+    blocks = put_bytes(worker, data)
+    assert [worker.root(b) for b in blocks] == [root_of(data)]
+    assert worker.broken and put_bytes(worker, data) is None
+    assert worker._proc.wait(10) == -signal.SIGKILL
+    worker.close()
+
+
+def test_a_full_ring_whose_process_answers_nothing_gives_up_too():
+    worker = hashworker.HashWorker(1 << 16, answer_seconds=0.5)
+    assert worker.ready.wait(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    first = put_bytes(worker, os.urandom(40000))
+    assert first is not None
+    assert put_bytes(worker, os.urandom(40000)) is None     # waited for room, then gave the process up
+    assert worker.broken and worker._proc.wait(10) == -signal.SIGKILL
+    worker.close()
+
+
 def traced(name: str) -> bytes:
     model = generate.load_fixture_model(name)
     return model.run({"data": generate.load_fixture_inputs(name)[0]}, trace=True).trace.root

@@ -11,7 +11,8 @@ process sends back each block's root (perf traced: 23 ms).
 
 Only timing depends on it: a block root is ``serializer.hashing.blocks_root`` of
 the same bytes in either process, and every block the process cannot answer
-(it died, or never started) is hashed by the executor from the same buffer.
+(it died, never started, or answered nothing for ANSWER_SECONDS and was killed)
+is hashed by the executor from the same buffer.
 The buffer is a ring of RING_BYTES, reused in request order; a body that does
 not fit is hashed inline.
 
@@ -39,6 +40,9 @@ import numpy as np
 from serializer.hashing import blocks_root
 
 RING_BYTES = 1 << 25
+# A process that answers nothing for this long (stopped, stuck, starved) is given up: its blocks
+# are hashed by the executor, and a traced run never waits on it for ever.
+ANSWER_SECONDS = 30.0
 BLOCK_BYTES = 1 << 20     # a request: 256 chunks of 4096 bytes
 _REQUEST = struct.Struct("<QII")
 _CHILD = Path(__file__).with_name("hashchild.py")
@@ -59,8 +63,9 @@ class Block:
 class HashWorker:
     """The hashing process and the ring it shares with this one."""
 
-    def __init__(self, ring_bytes: int = RING_BYTES) -> None:
+    def __init__(self, ring_bytes: int = RING_BYTES, answer_seconds: float = ANSWER_SECONDS) -> None:
         self.ring_bytes = ring_bytes
+        self.answer_seconds = answer_seconds
         self._lock = threading.Lock()        # the ring and the request order
         self._inflight: deque[Block] = deque()     # holding ring bytes, in request order
         self._unanswered: deque[Block] = deque()   # sent, awaiting their roots, in request order
@@ -90,6 +95,12 @@ class HashWorker:
                 self.answered += 1
                 block.done.set()
         self._fail()
+
+    def _wait(self, block: Block) -> None:
+        """Until the process answers ``block``, or is given up for answering nothing in time."""
+        if not block.done.wait(self.answer_seconds):
+            self._proc.kill()
+            self._fail()
 
     def _fail(self) -> None:
         """The process is gone: every block it did not answer is the executor's to hash."""
@@ -124,7 +135,7 @@ class HashWorker:
                         return 0
                 elif oldest.offset - end >= length:   # wrapped; free: [end, oldest)
                     return end
-            oldest.done.wait()
+            self._wait(oldest)
 
     def put(self, length: int, chunk: int, write: Callable[[np.ndarray], None]) -> list[Block] | None:
         """Have ``write`` fill ``length`` bytes of the ring and send them, in blocks of BLOCK_BYTES
@@ -153,7 +164,7 @@ class HashWorker:
 
     def root(self, block: Block) -> bytes:
         """The block's root: the process's answer, or computed here from the same bytes."""
-        block.done.wait()
+        self._wait(block)
         if block.root is None:
             return blocks_root(memoryview(self._ring)[block.offset:block.offset + block.length], block.chunk)
         return block.root
