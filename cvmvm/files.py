@@ -34,6 +34,7 @@ import os
 import re
 import secrets
 import stat
+import time
 from contextlib import contextmanager
 from typing import Any, BinaryIO, Iterable, Iterator, Union
 
@@ -282,6 +283,21 @@ def _write_new(path: str, data: bytes, mode: int = 0o666) -> None:
         os.close(fd)
 
 
+def _lock_waiting(fd: int) -> None:
+    """``flock(fd, LOCK_EX)``, asked without blocking and asked again after short sleeps.  A
+    blocking flock can miss Ctrl-C for good: a SIGINT that lands after Python last checked for
+    signals but before the call blocks interrupts nothing, and the command would wait for the
+    other unit however long it holds the lock.  A sleep ends, and the interrupt is raised."""
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+
+
 class _Locks:
     """Exclusive ``flock``s on directories, taken in sorted order (two units never deadlock)."""
 
@@ -294,7 +310,7 @@ class _Locks:
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             self.fds.append(fd)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                _lock_waiting(fd)
             except OSError as e:
                 if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
                     raise
