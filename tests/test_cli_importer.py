@@ -15,6 +15,7 @@ import cvmvm
 
 from cvmvm.cli.common import EXIT_CODES, EXIT_USAGE
 from cvmvm.cli.main import main
+from isa.types import vm_dtype
 
 pytest.importorskip("onnx")
 
@@ -62,7 +63,7 @@ def test_run_takes_floats_and_dequantizes(capsys, tmp_path):
     info = json.loads(capsys.readouterr().out)
     assert code == 0 and "float_max" in info["outputs"][0]
     logits = np.load(tmp_path / "o" / "output_0.npy")
-    assert logits.dtype == np.float64 and logits.shape == (1, 10)
+    assert vm_dtype(logits.dtype) == "float64" and logits.shape == (1, 10)   # .npy files are little-endian
     assert int(np.argmax(logits)) == int(np.load(DIGITS / "test_labels.npy")[0])
 
 
