@@ -10,6 +10,7 @@ import pytest
 
 import cvmvm
 from isa.errors import CvmError
+from isa.types import vm_dtype
 from serializer.hashing import tensor_commitment
 from serializer.records import trace as trace_codec
 from cvmvm.cli.main import main
