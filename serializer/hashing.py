@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -409,6 +409,94 @@ class Committer:
         h = self._prefix.copy()
         h.update(root)
         return h.digest()
+
+
+class Bodies(NamedTuple):
+    """One set of buffers for ``BulkCommitter``: where each tensor's value is written
+    (``np.copyto(dests[k], value, casting="unsafe")``: an array of the tensor's shape whose elements
+    land in their lanes, in the committed order) and every chunk of every body, in order."""
+
+    dests: tuple[np.ndarray, ...]
+    chunks: tuple[memoryview, ...]
+
+
+class BulkCommitter:
+    """Commits a fixed list of small tensors together.  For a model of a few kilobytes a traced run
+    spends most of its hashing in per-call overhead, not in SHA-256: so the bodies are written into
+    one buffer as the tensors come, and ``commit`` then hashes every chunk, every inner node of every
+    chunk tree and every commitment in three flat loops over positions fixed here.  The commitments
+    are ``Committer``'s byte for byte (tests/test_hashing.py)."""
+
+    def __init__(self, types: Sequence[TensorType]) -> None:
+        self.types = tuple(types)
+        self._spans: list[tuple[int, int]] = []     # each body's bytes in the buffer
+        chunks: list[tuple[int, int]] = []
+        trees: list[list[int]] = []                 # each tensor's leaves, as node indices
+        pos = 0
+        for t in self.types:
+            length = body_length(t)
+            size = chunk_size(length)
+            self._spans.append((pos, length))
+            first = len(chunks)
+            chunks += [(pos + i, pos + min(i + size, length)) for i in range(0, length, size)] or [(pos, pos)]
+            trees.append(list(range(first, len(chunks))))
+            pos += -(-length // 8) * 8   # every body 8-byte aligned for its lanes
+        self.size = pos
+        self._chunks = tuple(chunks)
+        # Nodes are numbered leaves first, then inner nodes as they are made: each tree is folded as
+        # tree_root folds it (adjacent pairs from the left, an odd last node carried up).
+        pairs: list[tuple[int, int]] = []
+        roots = []
+        node = len(chunks)
+        for level in trees:
+            while len(level) > 1:
+                up = []
+                for i in range(1, len(level), 2):
+                    pairs.append((level[i - 1], level[i]))
+                    up.append(node)
+                    node += 1
+                if len(level) % 2:
+                    up.append(level[-1])
+                level = up
+            roots.append(level[0])
+        self._pairs = tuple(pairs)
+        self._roots = tuple(roots)
+        self._prefixes = tuple(hashlib.sha256(TENSOR_TAG + type_bytes(t)) for t in self.types)
+
+    def bodies(self) -> Bodies:
+        """A new set of buffers (a caller reuses one run after run: making it costs more than using it)."""
+        buffer = np.zeros(self.size, dtype=np.uint8)
+        dests = []
+        for t, (start, length) in zip(self.types, self._spans):
+            lanes = buffer[start:start + length].view(_lane_dtype(t))
+            if channel_last(t):
+                n, c, h, w = t.shape
+                dests.append(lanes.reshape(n, h, w, c).transpose(0, 3, 1, 2))
+            else:
+                dests.append(lanes.reshape(t.shape))
+        view = memoryview(buffer)   # type: ignore[arg-type]
+        return Bodies(tuple(dests), tuple(view[a:b] for a, b in self._chunks))
+
+    def commit(self, bodies: Bodies) -> list[bytes]:
+        """Every tensor's commitment, from the bodies written into ``bodies``."""
+        leaf = _LEAF_STATE.copy
+        nodes = []
+        for chunk in bodies.chunks:
+            h = leaf()
+            h.update(chunk)
+            nodes.append(h.digest())
+        inner = _INNER_STATE.copy
+        for left, right in self._pairs:
+            h = inner()
+            h.update(nodes[left])
+            h.update(nodes[right])
+            nodes.append(h.digest())
+        out = []
+        for prefix, root in zip(self._prefixes, self._roots):
+            h = prefix.copy()
+            h.update(nodes[root])
+            out.append(h.digest())
+        return out
 
 
 # -- program, model, run ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.metadata
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from serializer.model import Input
 from serializer.records import receipt as receipt_codec, stepproof, trace as trace_codec, transactions
 from cvmvm.vm.api import single_op_model
 from cvmvm.vm.batching import batch_plan
-from cvmvm.vm.trace import make_trace, program_layout, trace_to_json
+from cvmvm.vm.trace import Tracer, make_trace, program_layout, trace_to_json
 from cvmvm.tx import receipt
 from tests.test_receipt import DIGITS, build, column_sum_model, digits_model, instr, mlp_model, pair_model
 
@@ -199,6 +200,36 @@ def test_a_trace_commits_to_the_commitments_it_is_given(digits):
     with pytest.raises(CvmError) as e:
         make_trace(program, [*honest.commitments[:-1], None])
     assert e.value.code == "internal.trace"
+
+
+def test_a_traced_run_cut_short_commits_only_what_it_produced(digits):
+    """A traced run's small tensors are committed together at its end (BulkCommitter): one that
+    stopped part way leaves the rest uncommitted and its trace is refused, and the buffers it held
+    serve the next run, whose trace is the honest one."""
+    program = digits.program
+    honest = digits.run({"data": IMAGES[5]}, trace=True).trace
+    kept = digits.run({"data": IMAGES[5]}, keep=True).tensors
+    layout = program_layout(program)
+    assert len(layout.small) == len(program.types) - len(program.model.params)   # digits: every one of them
+    tracer = Tracer(program)
+    produced = 9 + 4   # the variables, then the first four instructions' outputs
+    for t in range(produced):
+        tracer(t, kept[t])
+    assert [c is not None for c in tracer.commitments] == [t < produced for t in range(len(kept))]
+    assert tracer.commitments[:produced] == list(honest.commitments[:produced])
+    with pytest.raises(CvmError) as e:
+        tracer.trace()
+    assert e.value.code == "internal.trace" and f"{len(kept) - produced} tensors" in e.value.message
+    assert digits.run({"data": IMAGES[5]}, trace=True).trace == honest
+
+
+def test_traced_runs_in_threads_get_their_own_buffers(digits):
+    """Concurrent traced runs of one program never share the buffers their small bodies go to."""
+    want = [digits.run({"data": IMAGES[k]}, trace=True).trace.root for k in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            got = list(pool.map(lambda k: digits.run({"data": IMAGES[k % 8]}, trace=True).trace.root, range(64)))
+            assert got == [want[k % 8] for k in range(64)]
 
 
 @pytest.mark.parametrize("trace", [False, True])

@@ -251,6 +251,56 @@ def test_a_committer_of_every_dtype(dtype):
         ref_commitment_of_body(dtype, value.shape, None, body)
 
 
+BULK_TYPES = [TensorType((1, 1, 8, 8), 8), TensorType((1, 3, 5, 7), 8), TensorType((2, 3, 4, 5), 4),
+              TensorType((16, 8, 3, 3), 8), TensorType((3, 100), 16), TensorType((1, 256), 24),
+              TensorType((1, 10), None), TensorType((1025,), 32), TensorType((4096,), 8),
+              TensorType((4097,), 8), TensorType((1, 8, 40, 50), 8), TensorType((16383,), 32),
+              TensorType((2, 3, 500), None, "int8"), TensorType((7, 9), None, "uint8"), TensorType((5, 5), None, "int64"),
+              TensorType((33,), None, "float16"), TensorType((2, 600), None, "float32"), TensorType((3, 3), None, "float64")]
+
+
+def _bulk_value(t: TensorType, seed: int) -> np.ndarray:
+    rnd = np.random.default_rng(seed)
+    if t.dtype == "int32":
+        bound = (1 << ((t.precision or 32) - 1)) - 1
+        return rnd.integers(-bound, bound, size=t.shape, endpoint=True, dtype=np.int64).astype(np.int32)
+    if t.dtype in ("float16", "float32", "float64"):
+        return rnd.normal(size=t.shape).astype(t.dtype)
+    info = np.iinfo(t.dtype)
+    return rnd.integers(info.min, info.max, size=t.shape, endpoint=True, dtype=t.dtype)
+
+
+def test_a_bulk_committer_commits_as_the_reference():
+    """BulkCommitter (a traced run's small tensors, committed together) gives each tensor the
+    reference's commitment: one chunk or many, small chunks or large, channel-last or not, every lane
+    width and dtype; and its buffers, reused, give the next values' commitments."""
+    bulk = cm.BulkCommitter(BULK_TYPES)
+    bodies = bulk.bodies()
+    for seed in (1, 2):
+        values = [_bulk_value(t, seed + k) for k, t in enumerate(BULK_TYPES)]
+        for dest, value in zip(bodies.dests, values):
+            np.copyto(dest, value, casting="unsafe")
+        want = [ref_commitment_of_body(t.dtype, t.shape, t.precision, ref_body(t.dtype, t.shape, t.precision,
+                                                                                 [int(v) for v in value.ravel()]))
+                if t.dtype == "int32" else ref_commitment_of_body(t.dtype, t.shape, None, bytes(cm.tensor_body(value, t)))
+                for t, value in zip(BULK_TYPES, values)]
+        assert bulk.commit(bodies) == want
+        assert want == [cm.Committer(t)(v) for t, v in zip(BULK_TYPES, values)]
+
+
+@given(st.lists(st.tuples(st.lists(st.integers(1, 9), min_size=1, max_size=4), st.sampled_from([None, 1, 8, 9, 16, 17, 32])),
+                min_size=1, max_size=6), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_a_bulk_committer_equals_one_committer_per_tensor(specs, seed):
+    types = [TensorType(tuple(shape), precision) for shape, precision in specs]
+    bulk = cm.BulkCommitter(types)
+    bodies = bulk.bodies()
+    values = [_bulk_value(t, seed + k) for k, t in enumerate(types)]
+    for dest, value in zip(bodies.dests, values):
+        np.copyto(dest, value.astype(">i4"), casting="unsafe")   # the bytes written, whatever the value's order
+    assert bulk.commit(bodies) == [cm.Committer(t)(v) for t, v in zip(types, values)]
+
+
 # -- trees -------------------------------------------------------------------------------------
 
 def test_tree_and_paths_match_rfc_6962_for_every_size_to_70():

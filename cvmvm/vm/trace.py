@@ -28,9 +28,9 @@ import numpy as np
 
 from isa.errors import InternalError
 from isa.types import TensorType
-from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, Committer, TraceEntry, audit_path,
-                                body_length, input_commitment, leaf_hash, program_root, trace_root, tree_levels,
-                                tree_root)
+from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, Bodies, BulkCommitter, Committer, TraceEntry,
+                                audit_path, body_length, input_commitment, leaf_hash, program_root, trace_root,
+                                tree_levels, tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.records.trace import entry_to_json, trace_doc
 from cvmvm.vm import blas, hashworker
@@ -49,6 +49,24 @@ class ProgramLayout:
     records: tuple[bytes, ...]                   # inputs, params, instructions, heads
     levels: list[list[bytes]]                    # the records' tree
     committers: tuple[Committer, ...]            # by tensor id (one per type)
+    small: tuple[int, ...]                       # the tensors committed together (BulkCommitter), by id
+    bulk: BulkCommitter
+    _spare: list[tuple[list[np.ndarray | None], Bodies]] = field(default_factory=list, compare=False, repr=False)
+
+    def take_bodies(self) -> tuple[list[np.ndarray | None], Bodies]:
+        """Buffers for one run's small bodies, and where each goes by tensor id (None: not a small one)."""
+        try:
+            return self._spare.pop()   # atomic: concurrent runs never share buffers
+        except IndexError:
+            bodies = self.bulk.bodies()
+            by_id: list[np.ndarray | None] = [None] * self.counts[4]
+            for t, dest in zip(self.small, bodies.dests):
+                by_id[t] = dest
+            return by_id, bodies
+
+    def give_bodies(self, spare: tuple[list[np.ndarray | None], Bodies]) -> None:
+        if len(self._spare) < SPARE_BODIES:
+            self._spare.append(spare)
 
     @functools.cached_property
     def root(self) -> bytes:
@@ -59,6 +77,26 @@ class ProgramLayout:
 
     def instruction_leaf(self, step: int) -> int:
         return self.counts[0] + self.counts[1] + step
+
+
+# Below this size a tensor is committed at once: handing it to the hashing process costs more.
+BACKGROUND_MIN_BYTES = 1 << 16
+# A traced run writes its inputs' and instructions' bodies smaller than that into one buffer and
+# commits them together (BulkCommitter), up to this many bytes in tensor order; the rest one by one.
+SMALL_BODIES_BYTES = 1 << 18
+SPARE_BODIES = 4   # buffers a program keeps for its next runs (its concurrent runs need one each)
+
+
+def _small_tensors(program: Program) -> tuple[int, ...]:
+    first_param, params = len(program.model.inputs), len(program.model.params)
+    small, total = [], 0
+    for t, ty in enumerate(program.types):
+        length = body_length(ty)
+        if not first_param <= t < first_param + params and length < BACKGROUND_MIN_BYTES \
+                and total + length <= SMALL_BODIES_BYTES:
+            small.append(t)
+            total += length
+    return tuple(small)
 
 
 def _layout(program: Program) -> ProgramLayout:
@@ -81,8 +119,10 @@ def _layout(program: Program) -> ProgramLayout:
                              s.attrs, by_id) for s in program.steps]
     records += [head_record(h, t) for h, t in enumerate(model.outputs)]
     counts = (n_in, len(model.params), len(program.steps), len(model.outputs), len(types))
+    small = _small_tensors(program)
     return ProgramLayout(tuple(positions), tuple(labels), params, counts, tuple(records),
-                         tree_levels([leaf_hash(r) for r in records]), committers)
+                         tree_levels([leaf_hash(r) for r in records]), committers, small,
+                         BulkCommitter([types[t] for t in small]))
 
 
 # By id(program), dropped when the program is.
@@ -176,10 +216,6 @@ def make_trace(program: Program, commitments: Sequence[bytes | None], root: byte
     return Trace(known, inputs, root, program)
 
 
-# Below this size a tensor is committed at once: handing it to the hashing process costs more.
-BACKGROUND_MIN_BYTES = 1 << 16
-
-
 def hashes_alongside(program: Program) -> bool:
     """Whether a traced run of ``program`` has a tensor large enough for the hashing process."""
     decided = program.runtime.get("hashes_alongside")   # once per program, not per run
@@ -190,9 +226,10 @@ def hashes_alongside(program: Program) -> bool:
 
 
 class Tracer:
-    """An execution observer that commits each tensor once, as it is produced: a small one at once,
-    a large one by the hashing process (cvmvm.vm.hashworker) from a copy of its body, while
-    execution goes on (and frees the tensor when it likes)."""
+    """An execution observer that commits each tensor once: a small one's body is written into a
+    buffer as it is produced and committed with the others at the end (BulkCommitter), a large one
+    by the hashing process (cvmvm.vm.hashworker) from a copy of its body while execution goes on,
+    any other at once.  Execution frees each tensor when it likes."""
 
     def __init__(self, program: Program) -> None:
         self.program = program
@@ -202,10 +239,18 @@ class Tracer:
         self._first_param = len(program.model.inputs)
         self._params = tuple(p.value for p in program.model.params)
         self._committers = layout.committers
+        self._bodies: tuple[list[np.ndarray | None], Bodies] | None = layout.take_bodies()
+        self._dests = self._bodies[0]
+        self._written: list[int] = []   # the small tensors whose bodies are in the buffers
         # Without a way to hold BLAS back (cvmvm.vm.blas), its spinning threads would starve the process.
         self.worker = hashworker.worker() if hashes_alongside(program) and blas.controller() is not None else None
 
     def __call__(self, tensor: int, value: np.ndarray) -> None:
+        dest = self._dests[tensor]
+        if dest is not None:
+            np.copyto(dest, value, casting="unsafe")   # exact: the value is within its lanes' precision
+            self._written.append(tensor)
+            return
         k = tensor - self._first_param
         if 0 <= k < len(self._params) and value is self._params[k] and not value.flags.writeable:
             self._commitments[tensor] = self.layout.params[k]
@@ -226,6 +271,19 @@ class Tracer:
     @property
     def commitments(self) -> list[bytes]:
         """Every tensor's commitment, by tensor id (waits for the hashing process)."""
+        if self._bodies is not None:
+            small = self.layout.bulk.commit(self._bodies[1])
+            if len(self._written) == len(small):
+                for t, c in zip(self.layout.small, small):
+                    self._commitments[t] = c
+            else:   # a run cut short: only what it wrote (make_trace names the rest as missing)
+                written = set(self._written)
+                for t, c in zip(self.layout.small, small):
+                    if t in written:
+                        self._commitments[t] = c
+            self.layout.give_bodies(self._bodies)
+            self._bodies = None
+            self._dests = [None] * len(self._commitments)
         worker = self.worker
         for tensor, blocks in self._pending:
             root = tree_root([worker.root(b) for b in blocks])  # type: ignore[union-attr]
