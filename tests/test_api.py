@@ -221,6 +221,13 @@ def test_a_traced_run_cut_short_commits_only_what_it_produced(digits):
         tracer.trace()
     assert e.value.code == "internal.trace" and f"{len(kept) - produced} tensors" in e.value.message
     assert digits.run({"data": IMAGES[5]}, trace=True).trace == honest
+    spare = len(layout._spare)
+    failed = []
+    for _ in range(3):   # a failed run's buffers go back at once, though its error keeps the tracer
+        with pytest.raises(CvmError) as e:
+            digits.run({"data": IMAGES[5][..., :4]}, trace=True)
+        failed.append(e.value)
+        assert len(layout._spare) == spare
 
 
 def test_traced_runs_in_threads_get_their_own_buffers(digits):

@@ -263,10 +263,22 @@ class Tracer:
                 return
         self._commitments[tensor] = committer(value)
 
+    def release(self) -> None:
+        """Give the buffers back to the program's layout: the run failed, or its small tensors are
+        committed.  A run that fails keeps nothing (its error's traceback may keep the tracer)."""
+        if self._bodies is not None:
+            self.layout.give_bodies(self._bodies)
+            self._bodies = None
+            self._dests = [None] * len(self._commitments)
+
+    def __del__(self) -> None:
+        if getattr(self, "_bodies", None) is not None:   # not when __init__ failed
+            self.release()
+
     def running(self) -> AbstractContextManager[Any]:
         """Around the execution this tracer observes: BLAS holds back while the hashing process
-        works (cvmvm.vm.blas)."""
-        return blas.hashing_alongside(self.worker is not None)
+        works (cvmvm.vm.blas); a run that raises gives its buffers back."""
+        return _Running(self, blas.hashing_alongside(self.worker is not None))
 
     @property
     def commitments(self) -> list[bytes]:
@@ -281,9 +293,7 @@ class Tracer:
                 for t, c in zip(self.layout.small, small):
                     if t in written:
                         self._commitments[t] = c
-            self.layout.give_bodies(self._bodies)
-            self._bodies = None
-            self._dests = [None] * len(self._commitments)
+            self.release()
         worker = self.worker
         for tensor, blocks in self._pending:
             root = tree_root([worker.root(b) for b in blocks])  # type: ignore[union-attr]
@@ -293,6 +303,22 @@ class Tracer:
 
     def trace(self) -> Trace:
         return make_trace(self.program, self.commitments)
+
+
+class _Running:
+    __slots__ = ("tracer", "blas")
+
+    def __init__(self, tracer: Tracer, blas_limit: AbstractContextManager[Any]) -> None:
+        self.tracer = tracer
+        self.blas = blas_limit
+
+    def __enter__(self) -> None:
+        self.blas.__enter__()
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> Any:
+        if kind is not None:
+            self.tracer.release()
+        return self.blas.__exit__(kind, value, traceback)
 
 
 def trace_to_json(program: Program, trace: Trace, model_hash: bytes) -> dict[str, Any]:
