@@ -325,32 +325,23 @@ def blocks_root(body: memoryview, size: int) -> bytes:
     parent (no list of leaves), then ``tree_root`` folds the parents.  Also the root of a block of
     a body's chunks (a power-of-two run of them, or its last ones): in an RFC 6962 tree the nodes at
     height m are the roots of consecutive 2^m-leaf blocks, so block roots fold into the chunk root."""
-    return rows_roots(body, len(body), size)[0]
-
-
-def rows_roots(body: memoryview, length: int, size: int) -> list[bytes]:
-    """``blocks_root`` of each ``length``-byte part of the body in turn (the rows of a batched
-    run's tensor), in one loop."""
     copy = _LEAF_STATE.copy
     pair = _INNER_STATE.copy
-    roots = []
-    for start in range(0, len(body), length):
-        end = start + length
-        parents = []
-        for i in range(start, end, 2 * size):
-            h = copy()
-            h.update(body[i:min(i + size, end)])
-            if i + size < end:
-                right = copy()
-                right.update(body[i + size:min(i + 2 * size, end)])
-                p = pair()
-                p.update(h.digest())
-                p.update(right.digest())
-                parents.append(p.digest())
-            else:
-                parents.append(h.digest())
-        roots.append(tree_root(parents))
-    return roots
+    end = len(body)
+    parents = []
+    for i in range(0, end, 2 * size):
+        h = copy()
+        h.update(body[i:min(i + size, end)])
+        if i + size < end:
+            right = copy()
+            right.update(body[i + size:min(i + 2 * size, end)])
+            p = pair()
+            p.update(h.digest())
+            p.update(right.digest())
+            parents.append(p.digest())
+        else:
+            parents.append(h.digest())
+    return tree_root(parents)
 
 
 def commitment_of(t: TensorType, chunk_root: bytes) -> bytes:
@@ -395,6 +386,30 @@ class Committer:
         h = self._prefix.copy()
         h.update(root)
         return h.digest()
+
+    def rows(self, body: memoryview, count: int) -> list[bytes]:
+        """The commitment of each of ``count`` bodies of this type laid end to end (a batched run's
+        tensor, its items stacked along axis 0).  Chunk p of every item is hashed in one loop, then
+        every item's tree is folded level by level (``tree_roots``): no call per item."""
+        length, size = self.length, self.chunk
+        leaf = _LEAF_STATE.copy
+        items = range(0, count * length, length)
+        by_chunk = []
+        for a in range(0, length, size):
+            b = min(a + size, length)
+            leaves = []
+            for start in items:
+                h = leaf()
+                h.update(body[start + a:start + b])
+                leaves.append(h.digest())
+            by_chunk.append(leaves)
+        prefix = self._prefix.copy
+        out = []
+        for root in by_chunk[0] if len(by_chunk) == 1 else tree_roots(by_chunk):
+            h = prefix()
+            h.update(root)
+            out.append(h.digest())
+        return out
 
     def __call__(self, value: np.ndarray) -> bytes:
         """``tensor_commitment(value, self.type)``."""

@@ -339,12 +339,16 @@ def ref_shared(leaves: list[bytes], j: int, f: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("length", [300, 512, 1000, 4096, 4097, 9000, 20000])
-def test_rows_roots_are_each_rows_chunk_root(length):
-    """A batched run's rows, committed in one loop, give each row's own chunk root."""
+def test_rows_are_each_rows_commitment(length):
+    """A batched run's rows, committed in one loop, give each row's own commitment, and each row's
+    chunk root is the reference's."""
     rows = [random.Random(length + k).randbytes(length) for k in range(3)]
     want = [ref_tree([sha(b"\x00" + c) for c in ref_chunks(r)]) for r in rows]
-    assert cm.rows_roots(memoryview(b"".join(rows)), length, cm.chunk_size(length)) == want
     assert [cm.chunk_root(memoryview(r)) for r in rows] == want
+    t = TensorType((length,), None, "uint8")
+    assert cm.Committer(t).rows(memoryview(b"".join(rows)), 3) == [
+        sha(b"cvmvm/tensor/v3\x00" + ref_type("uint8", (length,), None) + root) for root in want]
+    assert cm.Committer(t).rows(memoryview(rows[0]), 1) == [cm.Committer(t)(np.frombuffer(rows[0], np.uint8))]
 
 
 def test_shared_paths_match_the_reference_for_every_size_to_40():

@@ -28,8 +28,7 @@ from isa.errors import CvmError, InputError
 from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
-from serializer.hashing import (Committer, input_commitment, leaf_hash, outputs_hash, rows_roots, tensor_body, trace_root,
-                                tree_roots)
+from serializer.hashing import Committer, input_commitment, outputs_hash, tensor_body, trace_root, tree_roots
 from serializer.model import Input, Model as ModelIR
 from cvmvm.vm.execute import execute, prepare_inputs
 from cvmvm.vm.trace import Tracer, program_layout
@@ -194,11 +193,7 @@ def _row_commitments(value: np.ndarray, committer: Committer, count: int) -> lis
     """The commitment of each of ``count`` equal row blocks of ``value`` (each of the committer's
     type).  Stacking along axis 0 keeps each item's committed body contiguous, in either order."""
     t = committer.type
-    body = tensor_body(value, dataclasses.replace(t, shape=(t.shape[0] * count, *t.shape[1:])))
-    length = committer.length
-    if length <= committer.chunk:
-        return [committer.of_root(leaf_hash(body[i:i + length])) for i in range(0, len(body), length)]
-    return [committer.of_root(root) for root in rows_roots(body, length, committer.chunk)]
+    return committer.rows(tensor_body(value, dataclasses.replace(t, shape=(t.shape[0] * count, *t.shape[1:]))), count)
 
 
 def prepare_feeds(program: Program, inputs: Mapping[str, object] | Iterable[tuple[str, object]]) -> list[np.ndarray]:
