@@ -10,7 +10,8 @@ op kind's share of an untraced run, the hashing cost, peak tensor memory, the
 model's MACs, and the time over a GEMM bound: MACs / the float64 and float32
 GEMM rates this process measures on a large matrix.  Then the digits model, one
 image per call (throughput, and each call's latency: p50 and p99, traced and
-untraced) and as one batched run.  The Cortex runtime's figures are issue 14's:
+untraced), where one call goes (its kernels timed inside runs and alone, the
+executor, a traced call's hashing), and as one batched run.  The Cortex runtime's figures are issue 14's:
 the runtime built from its public source (CPU device, OpenMP) and measured side
 by side with cvmvm on this project's 2-vCPU AMD EPYC machines.
 
@@ -238,6 +239,62 @@ def bench_digits(runs: int, batch: int) -> dict:
         out[f"batched_{'traced' if trace else 'untraced'}"] = {
             "images_per_s": batch / best, "exact": bool(np.array_equal(got, want[:batch]))}
     out["batch"] = batch
+    out["parts"] = digits_parts(images)
+    return out
+
+
+def digits_parts(images) -> dict:
+    """Where one digits call goes, in microseconds per image: the 13 kernels timed inside real
+    runs (perf_counter around each, on a model of its own) and each timed alone on its own
+    inputs (hot in the caches), the whole executor, and a traced call's hashing: its small tensors
+    committed together and the trace tree with its roots."""
+    import dataclasses
+    import timeit
+    import generate
+    from cvmvm.vm import execute as ex
+    from cvmvm.vm.trace import make_trace, program_layout
+    model = generate.load_fixture_model("digits")
+    program = model.program
+    plan = ex.compiled(program)
+    clock = time.perf_counter
+    inside = [0.0]
+
+    def timed(run):
+        def run_timed(*args):
+            start = clock()
+            try:
+                return run(*args)
+            finally:
+                inside[0] += clock() - start
+        return run_timed
+
+    def per_image(f, number: int = 2000) -> float:
+        return min(timeit.repeat(f, number=number, repeat=3)) / number * 1e6
+
+    x = images[0]
+    kept = model.run({"data": x}, keep=True).tensors
+    alone = 0.0
+    for step in plan.steps:
+        args = step.fetch(list(kept))
+        alone += per_image((lambda: step.run(*args)) if step.several else (lambda: step.run(args)))
+    executor = per_image(lambda: ex.execute(program, {"data": x}))
+    program.runtime["compiled"] = dataclasses.replace(plan, steps=tuple(s._replace(run=timed(s.run))
+                                                                        for s in plan.steps))
+    for image in images:
+        ex.execute(program, {"data": image})
+    inside[0] = 0.0
+    for _ in range(5):
+        for image in images:
+            ex.execute(program, {"data": image})
+    in_run = inside[0] / (5 * len(images)) * 1e6
+    program.runtime["compiled"] = plan
+    out = {"kernels_in_run": in_run, "kernels_alone": alone, "executor": executor}
+    trace = model.run({"data": x}, trace=True).trace
+    out["trace_tree"] = per_image(lambda: make_trace(program, trace.commitments))
+    layout = program_layout(program)
+    if hasattr(layout, "bulk"):   # a checkout from before BulkCommitter has no such part
+        bodies = layout.take_bodies()[1]
+        out["small_commitments"] = per_image(lambda: layout.bulk.commit(bodies))
     return out
 
 
@@ -307,6 +364,10 @@ def show(r: dict) -> None:
                      f"({lat['p99'] / lat['median']:.2f}x p50), max {us(lat['max'])} us; "
                      f"CPU {us(v['cpu_per_image'])} us per image")
         print(line)
+    parts = d["parts"]
+    print(f"  one call, us: kernels {parts['kernels_in_run']:.1f} inside runs ({parts['kernels_alone']:.1f} each "
+          f"timed alone), the executor {parts['executor']:.1f}; traced: trace tree and roots {parts['trace_tree']:.1f}"
+          + (f", small tensors' commitments {parts['small_commitments']:.1f}" if "small_commitments" in parts else ""))
 
 
 def us(seconds: float) -> str:
