@@ -285,14 +285,11 @@ class Tracer:
         """Every tensor's commitment, by tensor id (waits for the hashing process)."""
         if self._bodies is not None:
             small = self.layout.bulk.commit(self._bodies[1])
-            if len(self._written) == len(small):
-                for t, c in zip(self.layout.small, small):
+            written = set(self._written)
+            # Only what was written: a run cut short leaves the rest for make_trace to name as missing.
+            for t, c in zip(self.layout.small, small):
+                if t in written:
                     self._commitments[t] = c
-            else:   # a run cut short: only what it wrote (make_trace names the rest as missing)
-                written = set(self._written)
-                for t, c in zip(self.layout.small, small):
-                    if t in written:
-                        self._commitments[t] = c
             self.release()
         worker = self.worker
         for tensor, blocks in self._pending:
@@ -306,6 +303,8 @@ class Tracer:
 
 
 class _Running:
+    """``Tracer.running``'s context: the BLAS limit, and the tracer's buffers given back if the run raises."""
+
     __slots__ = ("tracer", "blas")
 
     def __init__(self, tracer: Tracer, blas_limit: AbstractContextManager[Any]) -> None:
