@@ -11,9 +11,10 @@ model's MACs, and the time over a GEMM bound: MACs / the float64 and float32
 GEMM rates this process measures on a large matrix.  Then the digits model, one
 image per call (throughput, and each call's latency: p50 and p99, traced and
 untraced), where one call goes (its kernels timed inside runs and alone, the
-executor, a traced call's hashing), and as one batched run.  The Cortex runtime's figures are issue 14's:
-the runtime built from its public source (CPU device, OpenMP) and measured side
-by side with cvmvm on this project's 2-vCPU AMD EPYC machines.
+executor, a traced call's hashing), and as one batched run.  The Cortex
+runtime's figures are issue 14's: the runtime built from its public source (CPU
+device, OpenMP) and measured side by side with cvmvm on this project's 2-vCPU
+AMD EPYC machines.
 
 The machine may be shared: each block prints the CPU idle fraction measured
 just before it, and --wait-idle waits (up to that many seconds) for an idle one.

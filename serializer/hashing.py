@@ -102,14 +102,19 @@ def _body(value: np.ndarray, dtype: np.dtype, channel_last: bool) -> memoryview:
     return out.data.cast("B")
 
 
+def lanes_as_tensor(lanes: np.ndarray, t: TensorType) -> np.ndarray:
+    """A body's lanes (one dimension, in the committed order) seen as the tensor, without a copy:
+    writing a value into the view lays its body out, reading it reads the body back."""
+    if channel_last(t):
+        n, c, h, w = t.shape
+        return lanes.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    return lanes.reshape(t.shape)
+
+
 def tensor_from_body(body: bytes | memoryview, t: TensorType) -> np.ndarray:
     """A committed body back to its tensor: row-major, the VM dtype (int32 lanes sign-extended).
     The body must be exactly ``body_length(t)`` bytes."""
-    lanes = np.frombuffer(body, dtype=_lane_dtype(t))
-    if channel_last(t):
-        n, c, h, w = t.shape
-        lanes = lanes.reshape(n, h, w, c).transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(lanes.reshape(t.shape), dtype=DTYPES[t.dtype])
+    return np.ascontiguousarray(lanes_as_tensor(np.frombuffer(body, dtype=_lane_dtype(t)), t), dtype=DTYPES[t.dtype])
 
 
 def positions(t: TensorType, index: np.ndarray) -> np.ndarray:
@@ -374,12 +379,7 @@ class Committer:
     def write_body(self, value: np.ndarray, out: np.ndarray) -> None:
         """Write ``tensor_body(value, self.type)`` into ``out`` (``self.length`` uint8), narrowing into
         the lanes and reordering in the same pass."""
-        lanes = out.view(self._lane)
-        if self._channel_last:
-            n, c, h, w = value.shape
-            np.copyto(lanes.reshape(n, h, w, c), value.transpose(0, 2, 3, 1), casting="unsafe")
-        else:
-            np.copyto(lanes.reshape(value.shape), value, casting="unsafe")
+        np.copyto(lanes_as_tensor(out.view(self._lane), self.type), value, casting="unsafe")
 
     def of_root(self, root: bytes) -> bytes:
         """``commitment_of(self.type, root)``."""
@@ -481,16 +481,10 @@ class BulkCommitter:
     def bodies(self) -> Bodies:
         """A new set of buffers (a caller reuses one run after run: making it costs more than using it)."""
         buffer = np.zeros(self.size, dtype=np.uint8)
-        dests = []
-        for t, (start, length) in zip(self.types, self._spans):
-            lanes = buffer[start:start + length].view(_lane_dtype(t))
-            if channel_last(t):
-                n, c, h, w = t.shape
-                dests.append(lanes.reshape(n, h, w, c).transpose(0, 3, 1, 2))
-            else:
-                dests.append(lanes.reshape(t.shape))
+        dests = tuple(lanes_as_tensor(buffer[start:start + length].view(_lane_dtype(t)), t)
+                      for t, (start, length) in zip(self.types, self._spans))
         view = memoryview(buffer)   # type: ignore[arg-type]
-        return Bodies(tuple(dests), tuple(view[a:b] for a, b in self._chunks))
+        return Bodies(dests, tuple(view[a:b] for a, b in self._chunks))
 
     def commit(self, bodies: Bodies) -> list[bytes]:
         """Every tensor's commitment, from the bodies written into ``bodies``."""
