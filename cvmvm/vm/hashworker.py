@@ -40,6 +40,11 @@ import numpy as np
 from serializer.hashing import blocks_root
 
 RING_BYTES = 1 << 25
+# Bodies go back to the ring's start once this much of it is used, when the start is free: the
+# bytes written there last are still in the caches, and writing over cold memory cost the
+# executor half as much again (perf traced: 4.4 ms of copies with the whole ring, 3.0 with 8 MiB).
+# The rest of the ring is for bodies that do not fit the warm stretch and for a slow process.
+WARM_BYTES = 1 << 23
 # A process that answers nothing for this long (stopped, stuck, starved) is given up: its blocks
 # are hashed by the executor, and a traced run never waits on it for ever.
 ANSWER_SECONDS = 30.0
@@ -63,8 +68,10 @@ class Block:
 class HashWorker:
     """The hashing process and the ring it shares with this one."""
 
-    def __init__(self, ring_bytes: int = RING_BYTES, answer_seconds: float = ANSWER_SECONDS) -> None:
+    def __init__(self, ring_bytes: int = RING_BYTES, answer_seconds: float = ANSWER_SECONDS,
+                 warm_bytes: int = WARM_BYTES) -> None:
         self.ring_bytes = ring_bytes
+        self.warm_bytes = min(warm_bytes, ring_bytes)
         self.answer_seconds = answer_seconds
         self._lock = threading.Lock()        # the ring and the request order
         self._inflight: deque[Block] = deque()     # holding ring bytes, in request order
@@ -114,7 +121,8 @@ class HashWorker:
     def _reserve(self, length: int) -> int | None:
         """An offset where ``length`` bytes may be written, or None when the ring cannot hold them.
         When it is full, waits for the oldest blocks: the process answers in request order, so the
-        blocks in flight always fill one stretch of the ring, from the oldest to the newest."""
+        blocks in flight always fill one stretch of the ring, from the oldest to the newest.  Past
+        the warm stretch (WARM_BYTES) it starts again at 0 when it can, before the ring's end."""
         length = -(-length // 64) * 64    # every body starts on a cache line
         if length > self.ring_bytes:
             return None
@@ -129,10 +137,12 @@ class HashWorker:
                 oldest, newest = self._inflight[0], self._inflight[-1]
                 end = -(-(newest.offset + newest.length) // 64) * 64
                 if newest.offset >= oldest.offset:    # free: [end, ring_bytes) and [0, oldest)
-                    if self.ring_bytes - end >= length:
+                    if end + length <= self.warm_bytes:
                         return end
                     if oldest.offset >= length:
                         return 0
+                    if self.ring_bytes - end >= length:
+                        return end
                 elif oldest.offset - end >= length:   # wrapped; free: [end, oldest)
                     return end
             self._wait(oldest)
