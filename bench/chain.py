@@ -9,7 +9,12 @@
    instruction, the worst of all its elements, each challenged.
 2. Traced run time of perf and perf-large with commitment format 3 against
    format 1 (one SHA-256 per whole int32 tensor, the previous tracer's work)
-   and against untraced runs, interleaved, median of --repeat.
+   and against untraced runs, median of --repeat: interleaved (a run right
+   after another way's), then each way's runs together after a pause.  They
+   differ on a machine whose BLAS threads outnumber its cores less one: after
+   a multi-threaded GEMM (an untraced run's, format 1's) OpenBLAS's threads
+   spin for about 0.1 s on the core a format 3 run's hashing process needs,
+   and no call of OpenBLAS stops them (cvmvm.vm.blas).
 
     python bench/chain.py [--sample 40] [--repeat 15]
 
@@ -196,11 +201,23 @@ class V1Tracer:
             self.pending.popleft()[1].result()
 
 
+def _row(name: str, times: dict[str, list[float]]) -> str:
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    low = {k: min(v) * 1e3 for k, v in times.items()}
+    return (f"| {name} | {med['untraced']:.1f} ({low['untraced']:.1f}) | {med['v1']:.1f} ({low['v1']:.1f}) | "
+            f"{med['v3']:.1f} ({low['v3']:.1f}) | {med['v3'] / med['untraced']:.2f}x ({low['v3'] / low['untraced']:.2f}x) | "
+            f"{med['v1'] / med['untraced']:.2f}x ({low['v1'] / low['untraced']:.2f}x) |")
+
+
 def traced_times(repeat: int) -> None:
+    from cvmvm.vm import hashworker
+    hashworker.start()   # the steady state of a long-lived process: the hashing process up
+    header = ("| model | untraced | format 1 traced | format 3 traced | v3 / untraced | v1 / untraced |\n"
+              "|---|---|---|---|---|---|")
     print("\n## traced run time, median (and fastest) of", repeat, "interleaved rounds, ms")
-    print("| model | untraced | format 1 traced | format 3 traced | v3 / untraced | v1 / untraced |")
-    print("|---|---|---|---|---|---|")
+    print(header)
     cpus: dict[str, dict[str, float]] = {}
+    together: list[str] = []
     for name in ("perf", "perf-large"):
         model = generate.load_fixture_model(name)
         feeds = {"data": generate.load_fixture_inputs(name)[0]}
@@ -223,11 +240,20 @@ def traced_times(repeat: int) -> None:
                 times[key].append(time.perf_counter() - t0)
                 cpu[key].append(time.process_time() - c0)
         cpus[name] = {k: statistics.median(v) * 1e3 for k, v in cpu.items()}
-        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-        low = {k: min(v) * 1e3 for k, v in times.items()}
-        print(f"| {name} | {med['untraced']:.1f} ({low['untraced']:.1f}) | {med['v1']:.1f} ({low['v1']:.1f}) | "
-              f"{med['v3']:.1f} ({low['v3']:.1f}) | {med['v3'] / med['untraced']:.2f}x ({low['v3'] / low['untraced']:.2f}x) | "
-              f"{med['v1'] / med['untraced']:.2f}x ({low['v1'] / low['untraced']:.2f}x) |")
+        print(_row(name, times))
+        blocks: dict[str, list[float]] = {}
+        for key, way in ways.items():
+            time.sleep(0.5)   # BLAS threads that spun after the last multi-threaded GEMM are asleep
+            way()
+            blocks[key] = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                way()
+                blocks[key].append(time.perf_counter() - t0)
+        together.append(_row(name, blocks))
+    print(f"\n## the same, each way's {repeat} runs together after a 0.5 s pause, ms")
+    print(header)
+    print("\n".join(together))
     print("\nCPU time per run (all threads of this process, median, ms): what hashing costs, whatever else runs")
     print("| model | untraced | format 1 traced | format 3 traced |")
     print("|---|---|---|---|")

@@ -13,6 +13,11 @@ after; without threadpoolctl a traced run hashes inline (cvmvm.vm.trace).  No
 result depends on the BLAS thread count (tests/test_determinism.py).  The limit
 is process-wide while it lasts, so an untraced run in another Python thread of
 the process meanwhile runs its GEMMs on fewer threads too (timing only, again).
+The limit cannot quiet threads already spinning after an earlier multi-threaded
+GEMM (an untraced run's): a traced run within about 0.1 s of one shares the
+hashing process's core with them and takes up to twice as long.  OpenBLAS has
+no call that stops them, and ending its thread pool (blas_thread_shutdown_)
+while another thread of the process may be inside a GEMM could crash it.
 
 Replay's batched runs take one BLAS thread (``one_thread``): its parallelism is
 its worker processes, one per core, and a second BLAS thread per worker made
