@@ -142,7 +142,7 @@ def test_ctrl_c_of_replay_on_a_local_ray_leaves_no_ray_process(demo, tmp_path):
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "Traceback" not in err and err.strip().endswith("cvmvm: interrupted")
+    assert proc.returncode == 130 and "Traceback" not in err and err.strip().endswith("cvmvm: interrupted"), err[-3000:]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in seen):
         time.sleep(0.2)
