@@ -1,6 +1,6 @@
 """Replay throughput against its ceilings, measured in one run.
 
-    python bench/replay.py [--count 20000] [--workers 1 2] [--ray] [--batch 512] [--repeat 3]
+    python bench/replay.py [--count 20000] [--workers 1 2] [--ray] [--ray-data] [--batch 512] [--repeat 3]
 
 Generates digits transactions (``cvmvm tx demo``: signed and unsigned) into a
 temporary directory, then measures, best of --repeat:
@@ -13,7 +13,14 @@ temporary directory, then measures, best of --repeat:
 - a record's decode (``decode_tx``) and its id (SHA-256);
 - replay of the unsigned and the signed file, in this process and with worker
   processes (pool start-up included), and on a local Ray (start-up excluded),
-  read from the file record by record as ``cvmvm replay`` does.
+  read from the file record by record as ``cvmvm replay`` does;
+- with --ray-data, the same replay through Ray Data on the same local Ray:
+  the records as rows of Arrow blocks of --batch rows, ``map_batches`` over a
+  pool of one actor per CPU, each keeping a ``Replayer`` and the models it
+  loaded (the per-actor model cache issue 16 suggests), outcomes put back in
+  transaction order: the alternative to ``cvmvm replay --ray``'s tasks
+  (pool start-up included, as a replay pays it; the file is read whole first,
+  which a real replay could not afford).  Needs ``pip install 'ray[data]'``.
 
 Prints transactions per second, the ratios the targets name, and the CPU time
 per transaction: this process's (the driver's, with workers), and the worker
@@ -62,6 +69,30 @@ def _workers_cpu() -> float | None:
         return None
 
 
+class _ReplayActor:
+    """--ray-data's map_batches callable: one per actor, keeping its Replayer (and models)."""
+
+    def __init__(self, repo: str, store_root: str, batch_size: int, signer: bytes | None) -> None:
+        import functools
+        sys.path.insert(0, repo)
+        from serializer.records import transactions
+        from cvmvm.tx.replay import Replayer
+        from cvmvm.tx.store import Store
+        from cvmvm.vm.verify import Limits
+        self.record_model = transactions.record_model
+        self.replayer = Replayer(functools.partial(Store(store_root).get, limits=Limits()), batch_size, signer)
+
+    def __call__(self, batch: dict) -> dict:
+        by_model: dict = {}
+        for i, o, b in zip(batch["index"].tolist(), batch["offset"].tolist(), batch["body"]):
+            by_model.setdefault(self.record_model(bytes(b)), []).append((i, o, bytes(b)))
+        out = [o for model, items in by_model.items() for o in self.replayer.run(model, items)]
+        out.sort(key=lambda o: o.index)
+        return {"index": np.array([o.index for o in out], dtype=np.int64),
+                "status": np.array([o.status for o in out], dtype=object),
+                "trace_root": np.array([o.trace_root or b"" for o in out], dtype=object)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="replay throughput")
     parser.add_argument("--count", type=int, default=20_000)
@@ -69,6 +100,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ray", action="store_true", help="also time Ray (a local instance, --workers' max CPUs)")
+    parser.add_argument("--ray-data", action="store_true",
+                        help="also time Ray, and Ray Data's map_batches over an actor pool (needs ray[data])")
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
@@ -173,15 +206,69 @@ def main() -> int:
                 where = f"driver {own:.1f} us of CPU per tx"
             print(f"{label:<30} {rates[label]:10,.0f} tx/s   ({rates[label] / vm:.2f} x the VM rate; {where})")
 
+        def ray_data(kind: str, cpus: int) -> None:
+            try:
+                import pyarrow as pa
+                import ray.data
+            except ImportError as e:
+                print(f"{kind + ', ray data':<30} not timed: {e} (pip install 'ray[data]')")
+                return
+            context = ray.data.DataContext.get_current()
+            context.enable_progress_bars = False
+            signer = (dirs[kind] / "signer.pub").read_bytes() if kind == "signed" else None
+            expected = [(o.index, o.status, o.trace_root or b"")
+                        for burst in schedule.replay_file(dirs[kind] / "txs.cvmtx", Store(dirs[kind] / "store"),
+                                                          schedule.Options(batch_size=args.batch, signer=signer))
+                        for o in burst]
+            got: list = []
+            first: list[float] = []         # each run's seconds to its first outcomes, how many, its total
+            first_count: list[int] = []
+            whole: list[float] = []
+
+            def run() -> None:
+                start = time.perf_counter()
+                index, offset, body = [], [], []
+                with open(dirs[kind] / "txs.cvmtx", "rb") as f:
+                    for r in transactions.iter_records(f, "txs"):
+                        index.append(r.index)
+                        offset.append(r.offset)
+                        body.append(r.body)
+                table = pa.table({"index": pa.array(index, pa.int64()), "offset": pa.array(offset, pa.int64()),
+                                  "body": pa.array(body, pa.binary())})
+                blocks = [table.slice(k, args.batch) for k in range(0, table.num_rows, args.batch)]
+                ds = ray.data.from_arrow(blocks).map_batches(
+                    _ReplayActor, fn_constructor_args=(str(REPO), str(dirs[kind] / "store"), args.batch, signer),
+                    batch_size=args.batch, compute=ray.data.ActorPoolStrategy(size=cpus), batch_format="numpy")
+                got.clear()
+                for b in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                    if not got:
+                        first.append(time.perf_counter() - start)
+                        first_count.append(len(b["index"]))
+                    got.extend(zip(b["index"].tolist(), b["status"].tolist(), b["trace_root"].tolist()))
+                whole.append(time.perf_counter() - start)
+
+            label = f"{kind + ',':<9} ray data"
+            rates[label] = args.count / best(run, label)
+            same = sorted(got) == expected
+            k = whole.index(min(whole))
+            after = (args.count - first_count[k]) / (whole[k] - first[k])
+            print(f"{label:<30} {rates[label]:10,.0f} tx/s   ({rates[label] / vm:.2f} x the VM rate; its first "
+                  f"outcomes after {first[k]:.2f} s (the file read, the actors started), then "
+                  f"{after:,.0f} tx/s; outcomes {'identical to' if same else 'DIFFERENT from'} the in-process "
+                  f"replay's)")
+
         for workers in args.workers:
             timed(f"unsigned, workers={workers}", "unsigned", workers=workers)
             timed(f"signed,   workers={workers}", "signed", workers=workers)
-        if args.ray:
+        if args.ray or args.ray_data:
             import ray
             ray.init(address="local", num_cpus=max(args.workers), include_dashboard=False, logging_level="ERROR")
             try:
                 timed("unsigned, ray", "unsigned", ray="")
                 timed("signed,   ray", "signed", ray="")
+                if args.ray_data:
+                    for kind in ("unsigned", "signed"):
+                        ray_data(kind, max(args.workers))
             finally:
                 ray.shutdown()
 
@@ -199,6 +286,9 @@ def main() -> int:
         ray_rate = rates.get(f"{kind + ',':<9} ray")
         if pool and ray_rate:
             print(f"{kind} process pool / Ray: {pool / ray_rate:.2f}  (target <= 1.5)")
+        data_rate = rates.get(f"{kind + ',':<9} ray data")
+        if ray_rate and data_rate:
+            print(f"{kind} Ray tasks / Ray Data: {ray_rate / data_rate:.2f}")
     label = f"signed,   workers={max(args.workers)}"
     if max(args.workers) > 1 and label in child_cpu:
         workers_us, driver_us = us(child_cpu[label], args.count), us(cpu[label], args.count)
