@@ -483,7 +483,7 @@ class BulkCommitter:
         buffer = np.zeros(self.size, dtype=np.uint8)
         dests = tuple(lanes_as_tensor(buffer[start:start + length].view(_lane_dtype(t)), t)
                       for t, (start, length) in zip(self.types, self._spans))
-        view = memoryview(buffer)   # type: ignore[arg-type]
+        view = buffer.data
         return Bodies(dests, tuple(view[a:b] for a, b in self._chunks))
 
     def commit(self, bodies: Bodies) -> list[bytes]:

@@ -18,6 +18,7 @@ import cvmvm
 from cvmvm.cli import main as cli_main
 from cvmvm.cli.common import EXIT_CODES, EXIT_INTERRUPTED
 from cvmvm.cli.main import main
+from tests import interrupt
 from tests.conftest import cvmvm_json
 
 ROOT = "93bd626ef64c8395f12e585f0d678bd3076f723729c6c4187384cc9d1df6bc4a"
@@ -113,12 +114,10 @@ def test_ctrl_c_while_a_command_waits_prints_no_traceback(demo_files, tmp_path):
     holder = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:
-        # SIGINT's disposition as a shell gives a foreground command: a test run started in the
-        # background by a script (`&`) ignores SIGINT, and a child inherits that and would never see it.
         proc = subprocess.Popen([sys.executable, "-m", "cvmvm", "run", str(demo_files / "digits.cvm"),
                                  "--input", f"data={demo_files / 'image0.npy'}", "--trace", str(out_dir / "t.json")],
                                 stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                preexec_fn=interrupt.foreground)
         deadline = time.monotonic() + 60
 
         def waiting() -> bool:   # it has the directory open: it waits for the lock

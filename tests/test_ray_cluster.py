@@ -27,6 +27,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from isa.errors import CvmError  # noqa: E402
 from cvmvm.tx import schedule  # noqa: E402
 from cvmvm.tx.store import Store  # noqa: E402
+from tests import interrupt  # noqa: E402
 from tests.test_receipt import REPO  # noqa: E402
 from tests.test_replay_cli import repeated  # noqa: E402
 
@@ -131,7 +132,7 @@ def test_ctrl_c_of_replay_on_a_local_ray_leaves_no_ray_process(demo, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cvmvm", "replay", str(big / "txs.cvmtx"), "--store",
                              str(big / "store"), "--batch", "8", "--output", str(out), "--ray"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)
+                            start_new_session=True, env=env, preexec_fn=interrupt.foreground)
     seen: set[int] = set()
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None and not (out.exists() and

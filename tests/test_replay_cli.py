@@ -16,6 +16,7 @@ import pytest
 from serializer.records import transactions
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.tx import results
+from tests import interrupt
 from tests.test_receipt import KEY, REPO, cli_json
 
 
@@ -107,7 +108,7 @@ def _started(big: Path, out: Path, lines: int, *args: str) -> subprocess.Popen:
     """A replay of ``big`` writing ``out``, in its own session, once ``out`` holds ``lines`` lines."""
     proc = subprocess.Popen([sys.executable, "-m", "cvmvm", *_replay(big, "--output", str(out), *args)],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=interrupt.foreground)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if out.exists() and out.read_bytes().count(b"\n") > lines:
@@ -181,7 +182,9 @@ def test_ctrl_c_prints_no_traceback_and_leaves_no_worker(demo, tmp_path, workers
     proc = _started(big, out, 100, "--batch", "8", "--workers", workers)
     os.killpg(proc.pid, signal.SIGINT)   # what a terminal sends to the whole job
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "Traceback" not in err and err.strip().splitlines() == ["cvmvm: interrupted"]
+    lines = out.read_bytes().count(b"\n")
+    assert proc.returncode == 130 and "Traceback" not in err and err.strip().splitlines() == ["cvmvm: interrupted"], \
+        f"exit {proc.returncode} after {lines} results lines, stderr:\n{err}"
     deadline = time.monotonic() + 20
     while _session_processes(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
