@@ -1,5 +1,6 @@
 """Other platforms to run cvmvm on: Debian roots of other architectures under qemu-user
-emulation, and virtual environments of other Pythons and numpy versions.
+emulation, a root of a newer Debian on this machine's own architecture (its Python, numpy,
+BLAS and tools, natively), and virtual environments of other Pythons and numpy versions.
 
 Both are built on demand and cached (``$CVMVM_PLATFORMS_CACHE``, default
 ``~/.cache/cvmvm-platforms``); under CI (``CI=true``) they are built fresh in a
@@ -21,12 +22,12 @@ there: their tests skip on any machine without the extra (``importorskip``, CI
 or not), and run on the host, where CI installs every extra.  Python runs
 inside a root through ``chroot`` in a private mount namespace (its /proc mount
 vanishes with the process), with the host kernel handing the foreign binaries
-to qemu through binfmt_misc.  All of that needs root.
+to qemu through binfmt_misc (a native root's run as they are).  All of that needs root.
 
 ``python -m tests.platforms [--full]`` runs CI's subset (or the whole suite)
 in every root at once and prints each architecture's counts, duration and
-versions.  Every process in a root has ``CVMVM_EMULATED`` set: the tests that
-bound a child's address space read it (address_space_env); nothing else does.
+versions.  Every process in an emulated root has ``CVMVM_EMULATED`` set: the tests
+that bound a child's address space read it (address_space_env); nothing else does.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import hashlib
 import json
 import mmap
 import os
+import platform
 import re
 import resource
 import shutil
@@ -67,13 +69,13 @@ class BuildFailed(Exception):
     """Building a root or a virtual environment failed."""
 
 
-# -- emulated architectures --------------------------------------------------
+# -- Debian roots: emulated architectures, and this machine's own -----------------
 
 @dataclass(frozen=True)
 class Arch:
     name: str                   # Debian's architecture name
     triplet: str                # multiarch library directory
-    qemu: str                   # binfmt_misc entry qemu-<qemu>
+    qemu: str | None            # binfmt_misc entry qemu-<qemu>; None: this machine's own, run natively
     byteorder: str
     # Links the skipped update-alternatives would make: name under /usr/lib/<triplet> -> target there.
     libraries: tuple[tuple[str, str], ...]
@@ -81,22 +83,32 @@ class Arch:
     # emulates so slowly that Python runs ten times slower; a Neoverse N1 (a common server core) does not.
     cpu: str | None = None
     extra: tuple[str, ...] = ()
+    # Tried in order: trixie first (its cryptography meets the >= 41 the project asks for; bookworm's
+    # is 38), forky when a mirror's trixie index for an architecture does not verify.
+    suites: tuple[str, ...] = ("trixie", "forky")
+    whole: bool = False         # CI runs the whole suite there, not EMULATED_TESTS (a native root: minutes)
 
 
-# s390x runs OpenBLAS (its own z/Architecture kernels), arm64 the reference BLAS:
-# with the host's OpenBLAS that is three BLAS builds behind the exact GEMM paths.
+# s390x runs OpenBLAS (its own z/Architecture kernels), arm64 the reference BLAS, amd64 Debian's
+# OpenBLAS (x86_64 kernels): with the host's numpy wheel's OpenBLAS, four BLAS builds behind the
+# exact GEMM paths.
 OPENBLAS = (("libblas.so.3", "openblas-pthread/libblas.so.3"), ("liblapack.so.3", "openblas-pthread/liblapack.so.3"),
             ("libopenblas.so.0", "openblas-pthread/libopenblas.so.0"))
 REFERENCE_BLAS = (("libblas.so.3", "blas/libblas.so.3"), ("liblapack.so.3", "lapack/liblapack.so.3"))
+# The native root is Debian testing (forky; unstable when forky's packages do not install together):
+# the newest Python Debian ships (3.14 when this was written; the venv matrix stops at 3.13), its
+# numpy, its OpenBLAS with x86_64 kernels, and its mypy, hypothesis and onnx.  It runs on x86_64
+# hosts only, as CI's are.
 ARCHES: tuple[Arch, ...] = (
     Arch("s390x", "s390x-linux-gnu", "s390x", "big", OPENBLAS, extra=("libopenblas0-pthread",)),
     Arch("arm64", "aarch64-linux-gnu", "aarch64", "little", REFERENCE_BLAS, cpu="neoverse-n1"),
+    Arch("amd64", "x86_64-linux-gnu", None, "little", OPENBLAS, extra=("libopenblas0-pthread",),
+         suites=("forky", "sid"), whole=True),
 )
 ARCH_BY_NAME = {a.name: a for a in ARCHES}
+# Debian's name for this machine's architecture (a native root must be of it).
+HOST_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "s390x": "s390x"}.get(platform.machine())
 
-# trixie first (its cryptography meets the >= 41 the project asks for; bookworm's is 38);
-# forky when a mirror's trixie index for an architecture does not verify.
-SUITES = ("trixie", "forky")
 PACKAGES = ("python3", "python3-numpy", "python3-msgpack", "python3-cryptography",
             "python3-pytest", "python3-hypothesis",
             # the rest of the test install (pyproject's test, speed, progress and onnx extras), so the
@@ -104,10 +116,10 @@ PACKAGES = ("python3", "python3-numpy", "python3-msgpack", "python3-cryptography
             "python3-mypy", "python3-tqdm", "python3-threadpoolctl", "python3-onnx",
             "python3-pip", "python3-setuptools", "ca-certificates")
 EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
-ROOT_RECIPE_VERSION = 3  # bump when the build steps below change, so cached roots are rebuilt
+ROOT_RECIPE_VERSION = 4  # bump when the build steps below change, so cached roots are rebuilt
 STAMP = "cvmvm-root.json"
-# Set for every process in a root: the name of the architecture qemu-user emulates.  Read in one
-# place, address_space_env: the one operating-system behaviour the tests meet that qemu changes.
+# Set for every process in an emulated root: the name of the architecture qemu-user emulates.  Read in
+# one place, address_space_env: the one operating-system behaviour the tests meet that qemu changes.
 EMULATED = "CVMVM_EMULATED"
 # Copied into a root's /src for each session: what the tests read (no .git, no caches).
 SOURCE_SKIP = {".git", "__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache", "build", "dist", "node_modules"}
@@ -120,6 +132,11 @@ def check_emulation(arch: Arch) -> None:
     for tool in ("mmdebstrap", "unshare", "chroot", "mount"):
         if shutil.which(tool, path=_host_path()) is None:
             raise Unavailable(f"{tool} is not installed (apt-get install mmdebstrap qemu-user-static binfmt-support)")
+    if arch.qemu is None:
+        if HOST_ARCH != arch.name:
+            raise Unavailable(f"the native {arch.name} root runs only on a host of that architecture "
+                              f"(this one: {platform.machine()})")
+        return
     entry = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{arch.qemu}"
     if not entry.exists() or not entry.read_text().startswith("enabled"):
         raise Unavailable(f"binfmt_misc has no enabled {entry.name} entry (apt-get install qemu-user-static "
@@ -132,7 +149,7 @@ def _host_path() -> str:
 
 
 def root_recipe(arch: Arch) -> dict[str, Any]:
-    return {"version": ROOT_RECIPE_VERSION, "arch": arch.name, "suites": SUITES, "libraries": arch.libraries,
+    return {"version": ROOT_RECIPE_VERSION, "arch": arch.name, "suites": arch.suites, "libraries": arch.libraries,
             "packages": sorted(PACKAGES + arch.extra), "excludes": EXCLUDES}
 
 
@@ -151,7 +168,7 @@ def build_root(arch: Arch, root: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     suite, logs = None, []
-    for candidate in SUITES:
+    for candidate in arch.suites:
         cmd = ["mmdebstrap", "--mode=root", "--variant=extract", f"--arch={arch.name}", "--quiet",
                # a mirror may serve a snapshot whose Release has expired; the signatures still hold
                "--aptopt=Acquire::Check-Valid-Until \"false\"",
@@ -165,7 +182,7 @@ def build_root(arch: Arch, root: Path) -> None:
         logs.append(f"{candidate}: {(run.stdout + run.stderr)[-1500:]}")
         shutil.rmtree(partial, ignore_errors=True)
     if suite is None:
-        raise BuildFailed(f"mmdebstrap could not build a {arch.name} root from any of {SUITES}:\n" + "\n".join(logs))
+        raise BuildFailed(f"mmdebstrap could not build a {arch.name} root from any of {arch.suites}:\n" + "\n".join(logs))
     _finish_root(arch, partial)
     libs = ["/usr/lib/python3"] + ["/" + p.relative_to(partial).as_posix()
                                    for p in sorted((partial / "usr" / "lib").glob("python3.*"))]
@@ -179,7 +196,8 @@ def build_root(arch: Arch, root: Path) -> None:
 
 def _finish_root(arch: Arch, root: Path) -> None:
     """What the skipped maintainer scripts would have left that Python needs."""
-    for d in ("bin", "lib", "sbin"):
+    # lib64: where amd64's dynamic loader is looked for
+    for d in ("bin", "lib", "sbin") + (("lib64",) if (root / "usr" / "lib64").is_dir() else ()):
         if not (root / d).exists() and not (root / d).is_symlink():
             (root / d).symlink_to(f"usr/{d}")
     for d in ("proc", "src"):
@@ -203,6 +221,15 @@ def _finish_root(arch: Arch, root: Path) -> None:
 
 def root_suite(root: Path) -> str:
     return json.loads((root / STAMP).read_text())["suite"]
+
+
+def root_label(arch: Arch, suite: str) -> str:
+    return f"{arch.name} (Debian {suite}, {'qemu' if arch.qemu else 'native'})"
+
+
+def ci_tests(arch: Arch) -> tuple[str, ...]:
+    """What CI runs in a root of ``arch`` besides tests/records.py: the whole suite (no paths) or the subset."""
+    return () if arch.whole else EMULATED_TESTS
 
 
 def stage_source(root: Path, arch: Arch) -> None:
@@ -259,7 +286,9 @@ def _in_root(root: Path, args: Sequence[str], arch: Arch,
     if args[:1] == ["-m"]:
         args = ["-c", _BOOT, *args[1:]]
     full_env = {"PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-                "PYTHONPATH": "/src", EMULATED: arch.name}
+                "PYTHONPATH": "/src"}
+    if arch.qemu is not None:
+        full_env[EMULATED] = arch.name
     if arch.cpu:
         full_env["QEMU_CPU"] = arch.cpu
     full_env.update(env or {})
@@ -477,7 +506,7 @@ class SuiteRun:
 
     def line(self) -> str:
         counts = ", ".join(f"{n} {kind}" for kind, n in self.counts.items()) or "no counts (see the log)"
-        return (f"{describe(f'{self.arch.name} (Debian {self.suite}, qemu)', self.info)}\n"
+        return (f"{describe(root_label(self.arch, self.suite), self.info)}\n"
                 f"    pytest exit {self.exit}: {counts} in {self.seconds / 60:.1f} min; log {self.log}")
 
 
@@ -502,16 +531,16 @@ def run_suite(arch: Arch, cache: Path, tests: Sequence[str], logs: Path) -> Suit
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.platforms",
-        description="Run the test suite inside the emulated Debian roots (built or taken from the cache), "
-                    "all architectures at once; print each one's counts, duration and versions.")
+        description="Run the test suite inside the Debian roots (built or taken from the cache), all "
+                    "architectures at once; print each one's counts, duration and versions.")
     parser.add_argument("--full", action="store_true",
-                        help="the whole suite (over an hour per architecture) instead of CI's subset")
+                        help="the whole suite in every root (over an hour per emulated architecture) instead of "
+                             "what CI runs there")
     parser.add_argument("--arch", action="append", choices=sorted(ARCH_BY_NAME),
                         help="only this architecture (repeatable; default: all)")
     parser.add_argument("tests", nargs="*", help="test files or ids instead (relative to the checkout)")
     args = parser.parse_args(argv)
     arches = [ARCH_BY_NAME[n] for n in args.arch] if args.arch else list(ARCHES)
-    tests = args.tests or ([] if args.full else list(EMULATED_TESTS))
     try:
         for arch in arches:
             check_emulation(arch)
@@ -521,11 +550,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = cache_dir()
     logs = cache / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    print(f"pytest {' '.join(tests) or '(the whole suite)'} in {', '.join(a.name for a in arches)}; "
-          f"logs in {logs}", flush=True)
+    def tests(arch: Arch) -> list[str]:
+        return args.tests or ([] if args.full else list(ci_tests(arch)))
+    for arch in arches:
+        print(f"{arch.name}: pytest {' '.join(tests(arch)) or '(the whole suite)'}", flush=True)
+    print(f"logs in {logs}", flush=True)
     failed = False
     with ThreadPoolExecutor(len(arches)) as pool:
-        futures = [pool.submit(run_suite, a, cache, tests, logs) for a in arches]
+        futures = [pool.submit(run_suite, a, cache, tests(a), logs) for a in arches]
         for arch, future in zip(arches, futures):
             try:
                 run = future.result()
