@@ -221,39 +221,33 @@ def main() -> int:
                                                           schedule.Options(batch_size=args.batch, signer=signer))
                         for o in burst]
             got: list = []
-            first: list[float] = []         # each run's seconds to its first outcomes, how many, its total
-            first_count: list[int] = []
-            whole: list[float] = []
+            runs: list[tuple[float, float, int]] = []   # each run's seconds, seconds to its first outcomes, how many
 
             def run() -> None:
                 start = time.perf_counter()
-                index, offset, body = [], [], []
-                with open(dirs[kind] / "txs.cvmtx", "rb") as f:
-                    for r in transactions.iter_records(f, "txs"):
-                        index.append(r.index)
-                        offset.append(r.offset)
-                        body.append(r.body)
-                table = pa.table({"index": pa.array(index, pa.int64()), "offset": pa.array(offset, pa.int64()),
-                                  "body": pa.array(body, pa.binary())})
+                records = _records(dirs[kind] / "txs.cvmtx", transactions, args.count)
+                table = pa.table({"index": pa.array([r.index for r in records], pa.int64()),
+                                  "offset": pa.array([r.offset for r in records], pa.int64()),
+                                  "body": pa.array([r.body for r in records], pa.binary())})
                 blocks = [table.slice(k, args.batch) for k in range(0, table.num_rows, args.batch)]
                 ds = ray.data.from_arrow(blocks).map_batches(
                     _ReplayActor, fn_constructor_args=(str(REPO), str(dirs[kind] / "store"), args.batch, signer),
                     batch_size=args.batch, compute=ray.data.ActorPoolStrategy(size=cpus), batch_format="numpy")
                 got.clear()
+                first, count = 0.0, 0
                 for b in ds.iter_batches(batch_size=None, batch_format="numpy"):
                     if not got:
-                        first.append(time.perf_counter() - start)
-                        first_count.append(len(b["index"]))
+                        first, count = time.perf_counter() - start, len(b["index"])
                     got.extend(zip(b["index"].tolist(), b["status"].tolist(), b["trace_root"].tolist()))
-                whole.append(time.perf_counter() - start)
+                runs.append((time.perf_counter() - start, first, count))
 
             label = f"{kind + ',':<9} ray data"
             rates[label] = args.count / best(run, label)
             same = sorted(got) == expected
-            k = whole.index(min(whole))
-            after = (args.count - first_count[k]) / (whole[k] - first[k])
+            whole, first, count = min(runs)
+            after = (args.count - count) / (whole - first)
             print(f"{label:<30} {rates[label]:10,.0f} tx/s   ({rates[label] / vm:.2f} x the VM rate; its first "
-                  f"outcomes after {first[k]:.2f} s (the file read, the actors started), then "
+                  f"outcomes after {first:.2f} s (the file read, the actors started), then "
                   f"{after:,.0f} tx/s; outcomes {'identical to' if same else 'DIFFERENT from'} the in-process "
                   f"replay's)")
 
