@@ -24,8 +24,8 @@ inside a root through ``chroot`` in a private mount namespace (its /proc mount
 vanishes with the process), with the host kernel handing the foreign binaries
 to qemu through binfmt_misc (a native root's run as they are).  All of that needs root.
 
-``python -m tests.platforms [--full]`` runs CI's subset (or the whole suite)
-in every root at once and prints each architecture's counts, duration and
+``python -m tests.platforms [--full]`` runs what CI runs in each root (or the
+whole suite in every one) at once and prints each architecture's counts, duration and
 versions.  Every process in an emulated root has ``CVMVM_EMULATED`` set: the tests
 that bound a child's address space read it (address_space_env); nothing else does.
 """

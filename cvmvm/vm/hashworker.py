@@ -42,7 +42,7 @@ from serializer.hashing import blocks_root
 RING_BYTES = 1 << 25
 # Bodies go back to the ring's start once this much of it is used, when the start is free: the
 # bytes written there last are still in the caches, and writing over cold memory cost the
-# executor half as much again (perf traced: 4.4 ms of copies with the whole ring, 3.0 with 8 MiB).
+# executor about a third more (perf traced: 4.4-4.7 ms of copies with the whole ring, 3.4 with 8 MiB).
 # The rest of the ring is for bodies that do not fit the warm stretch and for a slow process.
 WARM_BYTES = 1 << 23
 # A process that answers nothing for this long (stopped, stuck, starved) is given up: its blocks
