@@ -75,21 +75,23 @@ def test_block_roots_hold_while_bodies_go_back_to_the_warm_stretch(warm_ring, si
 
 def test_bodies_go_back_to_the_start_after_the_warm_stretch():
     worker = hashworker.HashWorker(1 << 16, warm_bytes=1 << 14)
-    assert worker.ready.wait(30)
-    first = os.urandom(10000)
-    assert [worker.root(b) for b in put_bytes(worker, first)] == [root_of(first)]
-    os.kill(worker._proc.pid, signal.SIGSTOP)     # nothing is answered now: what is in flight stays
     try:
-        sent = [os.urandom(10000) for _ in range(3)]
-        blocks = [put_bytes(worker, data) for data in sent]
+        assert worker.ready.wait(30)
+        first = os.urandom(10000)
+        assert [worker.root(b) for b in put_bytes(worker, first)] == [root_of(first)]
+        os.kill(worker._proc.pid, signal.SIGSTOP)     # nothing is answered now: what is in flight stays
+        try:
+            sent = [os.urandom(10000) for _ in range(3)]
+            blocks = [put_bytes(worker, data) for data in sent]
+        finally:
+            os.kill(worker._proc.pid, signal.SIGCONT)
+        # The start is free: the second body goes there, not after the first; the third fits the warm
+        # stretch after it; the fourth does not, and the start is in flight: past the stretch.
+        assert [b[0].offset for b in blocks] == [0, 10048, 20096]
+        assert [worker.root(b[0]) for b in blocks] == [root_of(data) for data in sent]
+        assert not worker.broken
     finally:
-        os.kill(worker._proc.pid, signal.SIGCONT)
-    # The start is free: the second body goes there, not after the first; the third fits the warm
-    # stretch after it; the fourth does not, and the start is in flight: past the stretch.
-    assert [b[0].offset for b in blocks] == [0, 10048, 20096]
-    assert [worker.root(b[0]) for b in blocks] == [root_of(data) for data in sent]
-    assert not worker.broken
-    worker.close()
+        worker.close()
 
 
 def test_past_the_warm_stretch_a_body_goes_to_the_start_before_the_oldest_block():
@@ -100,10 +102,12 @@ def test_past_the_warm_stretch_a_body_goes_to_the_start_before_the_oldest_block(
     answered, waiting = hashworker.Block(0, 10000, CHUNK_SIZE), hashworker.Block(10048, 10000, CHUNK_SIZE)
     answered.done.set()
     worker._inflight.extend([answered, waiting])
-    assert worker._reserve(5000) == 0
-    assert worker._reserve(20000) == 20096
-    worker._inflight.clear()
-    worker.close()
+    try:
+        assert worker._reserve(5000) == 0
+        assert worker._reserve(20000) == 20096
+    finally:
+        worker._inflight.clear()
+        worker.close()
 
 
 def test_a_body_longer_than_the_ring_is_refused(small_ring):
