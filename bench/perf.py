@@ -10,7 +10,8 @@ op kind's share of an untraced run, the hashing cost, peak tensor memory, the
 model's MACs, and the time over a GEMM bound: MACs / the float64 and float32
 GEMM rates this process measures on a large matrix.  Then the digits model, one
 image per call (throughput, and each call's latency: p50 and p99, traced and
-untraced), where one call goes (its kernels timed inside runs and alone, the
+untraced), as Model.run runs it after Model.compile (the compiled loop of
+cvmvm.vm.native where the `speed` extra installed numba) and kernel by kernel, where one call goes (its kernels timed inside runs and alone, the
 executor, a traced call's hashing), and as one batched run.  The Cortex
 runtime's figures are issue 14's: the runtime built from its public source (CPU
 device, OpenMP) and measured side by side with cvmvm on this project's 2-vCPU
@@ -210,26 +211,40 @@ def bench_digits(runs: int, batch: int) -> dict:
     want = np.load(TREE / "fixtures" / "models" / "digits" / "expected_outputs.npy")
     out: dict = {}
     clock = time.perf_counter
-    for trace in (False, True):
-        # Warm-up, long enough for the BLAS threads that spun after the models' large GEMMs to sleep.
-        start = clock()
-        while clock() - start < 0.5:
-            for x in images[:50]:
-                model.run({"data": x}, trace=trace)
-        best, cpu, calls = None, None, []
-        for _ in range(max(1, runs // 4)):
-            got = []
-            start, start_cpu = clock(), time.process_time()
-            for x in images:
-                t = clock()
-                got.append(model.run({"data": x}, trace=trace).outputs[0])
-                calls.append(clock() - t)
-            elapsed, used = clock() - start, time.process_time() - start_cpu
-            best = elapsed if best is None else min(best, elapsed)
-            cpu = used if cpu is None else min(cpu, used)
-        out[f"single_{'traced' if trace else 'untraced'}"] = {
-            "images_per_s": len(images) / best, "cpu_per_image": cpu / len(images), "latency": quantiles(calls),
-            "exact": bool(np.array_equal(np.concatenate(got), want))}
+    # What Model.run does (the compiled loop once warm, where numba is installed: cvmvm.vm.native),
+    # then the kernels one by one on a model with the loop turned off, in the same process.
+    kernels = generate.load_fixture_model("digits")
+    native = None
+    try:
+        from cvmvm.vm import native
+        native.turn_off(kernels.program)
+        model.compile()
+    except ImportError:   # a checkout from before the compiled loop
+        kernels = None
+    for suffix, which in (("", model), ("_kernels", kernels)):
+        if which is None:
+            continue
+        for trace in (False, True):
+            # Warm-up, long enough for the BLAS threads that spun after the models' large GEMMs to sleep.
+            start = clock()
+            while clock() - start < 0.5:
+                for x in images[:50]:
+                    which.run({"data": x}, trace=trace)
+            best, cpu, calls = None, None, []
+            for _ in range(max(1, runs // 4)):
+                got = []
+                start, start_cpu = clock(), time.process_time()
+                for x in images:
+                    t = clock()
+                    got.append(which.run({"data": x}, trace=trace).outputs[0])
+                    calls.append(clock() - t)
+                elapsed, used = clock() - start, time.process_time() - start_cpu
+                best = elapsed if best is None else min(best, elapsed)
+                cpu = used if cpu is None else min(cpu, used)
+            out[f"single_{'traced' if trace else 'untraced'}{suffix}"] = {
+                "images_per_s": len(images) / best, "cpu_per_image": cpu / len(images), "latency": quantiles(calls),
+                "exact": bool(np.array_equal(np.concatenate(got), want))}
+    out["loop"] = bool(native is not None and model.program.runtime.get("native"))
     program = model.program
     big = Model(batching.stacked_program(program, batching.batch_plan(program), batch))
     stacked = np.concatenate(list(images[:batch]))
@@ -256,6 +271,12 @@ def digits_parts(images) -> dict:
     from cvmvm.vm.trace import make_trace, program_layout
     model = generate.load_fixture_model("digits")
     program = model.program
+    try:
+        from cvmvm.vm import native
+    except ImportError:   # a checkout from before the compiled loop
+        native = None
+    else:
+        native.turn_off(program)   # these parts are the kernels' and the executor's
     plan = ex.compiled(program)
     clock = time.perf_counter
     inside = [0.0]
@@ -290,6 +311,11 @@ def digits_parts(images) -> dict:
     in_run = inside[0] / (5 * len(images)) * 1e6
     program.runtime["compiled"] = plan
     out = {"kernels_in_run": in_run, "kernels_alone": alone, "executor": executor}
+    ready = native.prepare(program) if native is not None else None
+    if ready is not None:
+        layout, loop = ready
+        feeds = ex.prepare_inputs(program, {"data": x})
+        out["loop"] = per_image(lambda: native.run(layout, loop, feeds))
     trace = model.run({"data": x}, trace=True).trace
     out["trace_tree"] = per_image(lambda: make_trace(program, trace.commitments))
     layout = program_layout(program)
@@ -355,9 +381,16 @@ def show(r: dict) -> None:
     cortex = CORTEX_MS["digits"].get(th)
     ref = f" (Cortex: {1 / (cortex / 1e3):,.0f} images/s, one image per call)" if cortex else ""
     print(f"\ndigits{ref}")
-    for key in ("single_untraced", "single_traced", "batched_untraced", "batched_traced"):
+    names = {"single_untraced": "one, untraced", "single_traced": "one, traced",
+             "single_untraced_kernels": "one, untraced, kernels", "single_traced_kernels": "one, traced, kernels",
+             "batched_untraced": f"batch of {d['batch']}, untraced", "batched_traced": f"batch of {d['batch']}, traced"}
+    if "loop" in d:
+        print(f"  one image per call runs {'as one compiled loop' if d['loop'] else 'kernel by kernel (no numba)'}; "
+              f"'kernels': kernel by kernel, the loop turned off")
+    for key, what in names.items():
+        if key not in d:
+            continue
         v = d[key]
-        what = key.replace("_", ", ").replace("batched", f"batch of {d['batch']}")
         line = f"  {what:26s} {v['images_per_s']:>10,.0f} images/s  exact={v['exact']}"
         if "latency" in v:
             lat = v["latency"]
@@ -365,10 +398,15 @@ def show(r: dict) -> None:
                      f"({lat['p99'] / lat['median']:.2f}x p50), max {us(lat['max'])} us; "
                      f"CPU {us(v['cpu_per_image'])} us per image")
         print(line)
+    for kind in ("untraced", "traced"):
+        fast, slow = d.get(f"single_{kind}"), d.get(f"single_{kind}_kernels")
+        if fast and slow and d.get("loop"):
+            print(f"  one per call {kind}: the loop is {fast['images_per_s'] / slow['images_per_s']:.2f}x the kernels' rate")
     parts = d["parts"]
     print(f"  one call, us: kernels {parts['kernels_in_run']:.1f} inside runs ({parts['kernels_alone']:.1f} each "
           f"timed alone), the executor {parts['executor']:.1f}; traced: trace tree and roots {parts['trace_tree']:.1f}"
-          + (f", small tensors' commitments {parts['small_commitments']:.1f}" if "small_commitments" in parts else ""))
+          + (f", small tensors' commitments {parts['small_commitments']:.1f}" if "small_commitments" in parts else "")
+          + (f"; the compiled loop alone {parts['loop']:.1f}" if "loop" in parts else ""))
 
 
 def us(seconds: float) -> str:
@@ -384,6 +422,8 @@ FIGURES += [(f"digits one per call {kind}: CPU us per image", ("digits", f"singl
             for kind in ("untraced", "traced")]
 FIGURES += [(f"digits one per call {kind}: latency {q} (us)", ("digits", f"single_{kind}", "latency", k), True)
             for kind in ("untraced", "traced") for q, k in (("p50", "median"), ("p99", "p99"))]
+FIGURES += [(f"digits one per call {kind}, kernels: images/s", ("digits", f"single_{kind}_kernels", "images_per_s"),
+             False) for kind in ("untraced", "traced")]
 FIGURES += [(f"digits batch {kind}: images/s", ("digits", f"batched_{kind}", "images_per_s"), False)
             for kind in ("untraced", "traced")]
 

@@ -18,7 +18,7 @@ from serializer.hashing import Committer, model_hash, outputs_hash
 from serializer.limits import MAX_GRAPH_JSON_BYTES, MAX_PARAMS_BYTES
 from cvmvm import files
 from cvmvm.vm.batching import Batch
-from cvmvm.vm.execute import Clipping, TensorObserver, execute, peak_bytes, prepare_inputs
+from cvmvm.vm.execute import Clipping, TensorObserver, compile_native, execute, peak_bytes, prepare_inputs
 from cvmvm.vm.trace import Trace, Tracer, make_trace, program_layout, tensor_name
 from cvmvm.vm.verify import (DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, kept_memory, verify,
                               verify_instruction)
@@ -200,6 +200,13 @@ class Model:
         return Result(outputs, self.program.ops, commitments, outputs_hash(commitments), peak,
                       tracer.trace() if tracer is not None else None, self._result_scales(), tuple(clipped),
                       tuple(kept) if keep else None)
+
+    def compile(self) -> bool:
+        """Make every later run one call of a compiled loop, now rather than after many runs, and
+        say whether it will be: a model of small tensors and the loop's ops, with numba installed
+        (the ``speed`` extra).  Results are the same either way; it takes seconds, once per process
+        (docs/DESIGN.md, cvmvm/vm/native.py)."""
+        return compile_native(self.program)
 
     def run_batch(self, feeds: Sequence[Feeds], trace: bool = False) -> list[Result]:
         """Run many input sets; item k's Result is field for field what ``run(feeds[k], trace=trace)``

@@ -7,6 +7,8 @@ is clipped to [-(2^(p-1) - 1), 2^(p-1) - 1], as the Cortex runtime does for
 the same way (FORMAT.md 1.6).  What was clipped is reported (``Clipping``),
 never an error.  Each instruction's outputs are confirmed against their
 inferred type: a mismatch is a VM bug (internal.*), never silently passed on.
+A small program may run instead as one call of a compiled loop (cvmvm.vm.native),
+which confirms every value the same way and gives the same bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 from isa.errors import InputError, InternalError, LimitError
 from isa.attrs import INT32_MAX
 from isa.types import DTYPES, INT32, TensorType, precision_bound, quantize_float, round_half_away, vm_dtype
+from cvmvm.vm import native
 from cvmvm.vm.verify import Program
 
 # Called with (tensor id, array) for every tensor as it comes into existence:
@@ -288,6 +291,9 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
         if observe is not None:
             for k in range(plan.variables):
                 observe(k, cast(np.ndarray, env[k]))
+        fast = _native(program)
+        if fast is not None:
+            return _run_native(program, plan, fast, cast(list[np.ndarray], env[:len(plan.names)]), observe)
         for run, fetch, several, output, confirm, more, dead, step in plan.steps:
             # The kernel's own arrays (an int64 result beside its int32 copy) go before the next kernel runs.
             if not more:
@@ -312,6 +318,42 @@ def execute(program: Program, inputs: Mapping[str, np.ndarray], observe: TensorO
         raise InternalError(e.reason, f"{_where(program, step)}: {e.message}") from None
     # Verification never frees an output (Program.free_after), so each is still there.
     return cast(list[np.ndarray], [env[t] for t in plan.outputs]), plan.peak
+
+
+def compile_native(program: Program) -> bool:
+    """Lay the program out for the compiled loop (cvmvm.vm.native) and compile the loop, once;
+    whether its runs go through the loop from now on."""
+    ready = program.runtime.get("native")
+    if ready is None:
+        ready = program.runtime["native"] = native.prepare(program) or False
+    return bool(ready)
+
+
+def _native(program: Program) -> native.Ready | None:
+    """The program's compiled loop from its WARM_RUNS-th run on (or once compiled), when it is
+    one for the loop and numba is installed; else None: the kernels run one by one."""
+    ready = program.runtime.get("native")
+    if ready is None:
+        runs = program.runtime["runs"] = program.runtime.get("runs", 0) + 1
+        if runs < native.WARM_RUNS:
+            return None
+        compile_native(program)
+        ready = program.runtime["native"]
+    return cast("native.Ready | None", ready or None)
+
+
+def _run_native(program: Program, plan: Compiled, fast: native.Ready, inputs: list[np.ndarray],
+                observe: TensorObserver | None) -> tuple[list[np.ndarray], int]:
+    layout, loop = fast
+    arena, failed = native.run(layout, loop, inputs)
+    if failed >= 0:
+        step = program.steps[failed]
+        raise InternalError("precision", f"{_where(program, failed)}: a value outside inferred precision "
+                                         f"{step.out_types[0].precision}")
+    if observe is not None:
+        for step in program.steps:
+            observe(step.outputs[0], native.tensor(layout, arena, step.outputs[0]))
+    return [native.tensor(layout, arena, t).copy() for t in plan.outputs], plan.peak
 
 
 def _where(program: Program, index: int) -> str:

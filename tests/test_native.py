@@ -1,0 +1,329 @@
+"""The compiled loop (cvmvm.vm.native) against the reference kernels, the numpy executor and the
+Cortex vectors; when a program runs there and when it does not; how it fails."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+import cvmvm
+from isa.errors import InternalError
+from isa.types import precision_bound
+from cvmvm.vm import native
+from cvmvm.vm.api import Limits, single_op_model
+from cvmvm.vm.execute import execute, prepare_inputs
+from tests.opkit import reference1, run1
+from tests.reference import case_inputs, case_params, cvm_cases
+
+from tests.fixture_script import generate
+
+pytest.importorskip("numba")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _loop():
+    loop = native.loop()
+    assert loop is not None, "numba is installed and its JIT is on"
+    return loop
+
+
+def natively(program, feeds) -> tuple[native.NativeProgram, np.ndarray]:
+    """The arena after one run of ``program`` through the loop, which must take it."""
+    ready = native.prepare(program)
+    assert ready is not None, "the loop takes this program"
+    layout, loop = ready
+    arena, failed = native.run(layout, loop, prepare_inputs(program, feeds))
+    assert failed == -1
+    return layout, arena
+
+
+def native_op(name: str, inputs, attrs=None, precisions=None) -> np.ndarray:
+    model, feeds = single_op_model(name, [np.asarray(v, dtype=np.int32) for v in inputs], attrs or {}, precisions)
+    layout, arena = natively(model.program, feeds)
+    return native.tensor(layout, arena, model.program.model.outputs[0])
+
+
+def agrees(name: str, inputs, attrs=None, precisions=None) -> np.ndarray:
+    """The loop's output equals the reference kernel's and the numpy executor's, dtype int32."""
+    inputs = [np.asarray(v, dtype=np.int32) for v in inputs]
+    got = native_op(name, inputs, attrs, precisions)
+    want = reference1(name, inputs, attrs)
+    assert got.dtype == np.dtype(np.int32)
+    assert got.shape == want.shape
+    assert np.array_equal(got.astype(np.int64), want)
+    assert np.array_equal(got, run1(name, inputs, attrs, precisions))
+    return got
+
+
+# -- hand-computed ---------------------------------------------------------------------
+
+def test_right_shift_rounds_half_up():
+    got = native_op("cvm_right_shift", [[-3, -2, -1, 0, 1, 2, 3]], {"precision": 8, "shift_bit": 1})
+    assert got.tolist() == [-1, -1, 0, 0, 1, 1, 2]
+
+
+def test_right_shift_clips_after_rounding():
+    got = native_op("cvm_right_shift", [[-1000, 1000, 255]], {"precision": 4, "shift_bit": 4})
+    assert got.tolist() == [-7, 7, 7]   # 1000 / 16 = 62.5 -> 63, clipped to 2^3 - 1
+
+
+def test_right_shift_by_32_at_int32_extremes():
+    got = native_op("cvm_right_shift", [[-(2**31 - 1), 2**31 - 1, 2**30]], {"precision": 32, "shift_bit": 32})
+    assert got.tolist() == [0, 0, 0]
+    got = native_op("cvm_right_shift", [[-(2**31 - 1), 2**31 - 1]], {"precision": 32, "shift_bit": 1})
+    assert got.tolist() == [-(2**30 - 1), 2**30]
+
+
+def test_conv2d_by_hand():
+    x = np.arange(1, 10, dtype=np.int32).reshape(1, 1, 3, 3)
+    w = np.ones((1, 1, 2, 2), dtype=np.int32)
+    got = native_op("conv2d", [x, w, [10]], {"channels": 1, "kernel_size": (2, 2)})
+    assert got.tolist() == [[[[22, 26], [34, 38]]]]    # 1+2+4+5+10, ...
+
+
+def test_max_pool2d_padding_never_wins_over_a_real_tap():
+    x = np.array([-5, -6, -7, -8], dtype=np.int32).reshape(1, 1, 2, 2)
+    got = native_op("max_pool2d", [x], {"pool_size": (2, 2), "strides": (1, 1), "padding": (1,)})
+    assert got.tolist() == [[[[-5, -5, -6], [-5, -5, -6], [-7, -7, -8]]]]
+
+
+def test_broadcast_mul_by_hand():
+    got = native_op("broadcast_mul", [np.arange(6).reshape(2, 3), [[2], [-3]]])
+    assert got.tolist() == [[0, 2, 4], [-9, -12, -15]]
+
+
+def test_dense_by_hand():
+    got = native_op("dense", [[[1, 2, 3]], [[1, 0, -1], [2, 2, 2]], [5, -5]], {"units": 2})
+    assert got.tolist() == [[3, 7]]
+
+
+# -- properties against the reference kernels -----------------------------------------
+
+def values(shape, precision: int):
+    """Arrays of ``shape`` within ``precision``, the bounds themselves likely."""
+    bound = precision_bound(precision)
+    edges = sorted({-bound, -min(1, bound), 0, min(1, bound), bound})
+    return hnp.arrays(np.int32, shape, elements=st.one_of(st.sampled_from(edges), st.integers(-bound, bound)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), hnp.array_shapes(min_dims=1, max_dims=4, max_side=5), st.integers(1, 32), st.integers(1, 32),
+       st.integers(1, 32))
+def test_right_shift_and_clip(data, shape, p_in, p_out, shift):
+    x = data.draw(values(shape, p_in))
+    agrees("cvm_right_shift", [x], {"precision": p_out, "shift_bit": shift}, [p_in])
+    agrees("cvm_clip", [x], {"precision": p_out}, [p_in])
+    agrees("relu", [x], None, [p_in])
+    agrees("flatten", [x.reshape(1, -1)], None, [p_in])
+    agrees("reshape", [x], {"shape": (-1,)}, [p_in])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=6, max_side=3),
+       st.sampled_from(["broadcast_add", "broadcast_sub", "broadcast_mul"]), st.integers(1, 16), st.integers(1, 16))
+def test_broadcast(data, shapes, name, p0, p1):
+    x, y = data.draw(values(shapes.input_shapes[0], p0)), data.draw(values(shapes.input_shapes[1], p1))
+    agrees(name, [x, y], None, [p0, p1])
+
+
+@st.composite
+def conv_cases(draw):
+    groups = draw(st.integers(1, 3))
+    ic, per_group = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    sh, sw, dh, dw = (draw(st.integers(1, 3)) for _ in range(4))
+    ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    h = draw(st.integers(max(1, dh * (kh - 1) + 1 - 2 * ph), 7))
+    w = draw(st.integers(max(1, dw * (kw - 1) + 1 - 2 * pw), 7))
+    n, px, pk, pb = draw(st.integers(1, 2)), draw(st.integers(1, 8)), draw(st.integers(1, 8)), draw(st.integers(1, 24))
+    inputs = [draw(values((n, groups * ic, h, w), px)), draw(values((groups * per_group, ic, kh, kw), pk))]
+    bias = draw(st.booleans())
+    if bias:
+        inputs.append(draw(values((groups * per_group,), pb)))
+    attrs = {"channels": groups * per_group, "kernel_size": (kh, kw), "strides": (sh, sw), "padding": (ph, pw),
+             "dilation": (dh, dw), "groups": groups, "use_bias": bias}
+    return inputs, attrs, [px, pk, pb][:len(inputs)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(conv_cases())
+def test_conv2d(case):
+    agrees("conv2d", *case)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data(), st.integers(1, 3), st.integers(1, 40), st.integers(1, 5), st.booleans(),
+       st.integers(1, 8), st.integers(1, 8), st.integers(1, 24))
+def test_dense(data, m, k, units, bias, px, pw, pb):
+    inputs = [data.draw(values((m, k), px)), data.draw(values((units, k), pw))]
+    if bias:
+        inputs.append(data.draw(values((units,), pb)))
+    agrees("dense", inputs, {"units": units, "use_bias": bias}, [px, pw, pb][:len(inputs)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3),
+       st.integers(0, 2), st.integers(0, 2), st.booleans(), st.integers(1, 32))
+def test_max_pool2d(data, kh, kw, sh, sw, ph, pw, ceil_mode, precision):
+    h, w = data.draw(st.integers(1, 7)), data.draw(st.integers(1, 7))
+    x = data.draw(values((data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), h, w), precision))
+    attrs = {"pool_size": (kh, kw), "strides": (sh, sw), "padding": (ph, pw), "ceil_mode": ceil_mode}
+    try:
+        cvmvm.run_op("max_pool2d", [x], attrs, [precision])
+    except cvmvm.InvalidError:
+        return   # a window past the input, or padding as wide as the window: refused by the verifier
+    agrees("max_pool2d", [x], attrs, [precision])
+
+
+# -- whole programs --------------------------------------------------------------------
+
+CASES = [c for c in cvm_cases() if c["expect"]["cvmvm"]["status"] != "error"]
+
+
+def test_cortex_vectors_through_the_loop():
+    """Every Cortex reference case the loop takes, against its expected output hashes."""
+    taken = 0
+    for case in CASES:
+        model = cvmvm.load_cortex(case["graph"], case_params(case))
+        if native.lay_out(model.program) is None:
+            continue
+        taken += 1
+        layout, arena = natively(model.program, case_inputs(case, model.inputs))
+        for t, want in zip(model.program.model.outputs, case["expect"]["cvmvm"]["outputs"]):
+            got = native.tensor(layout, arena, t)
+            assert hashlib.sha256(got.astype("<i4").tobytes()).hexdigest() == want["sha256"], case["id"]
+    assert taken == 247, taken   # of the 839: the rest use ops the loop does not have
+
+
+def test_digits_every_image_every_tensor():
+    fast, slow = generate.load_fixture_model("digits"), generate.load_fixture_model("digits")
+    native.turn_off(slow.program)
+    images = generate.load_fixture_inputs("digits")
+    assert fast.compile() and not slow.compile()
+    for x in images:
+        a, b = fast.run({"data": x}, trace=True, keep=True), slow.run({"data": x}, trace=True, keep=True)
+        assert a.trace.root == b.trace.root and a.output_hash == b.output_hash and a.peak_bytes == b.peak_bytes
+        assert all(np.array_equal(u, v) and u.dtype == v.dtype for u, v in zip(a.tensors, b.tensors))
+        assert np.array_equal(a.outputs[0], b.outputs[0])
+    want = np.load(ROOT / "fixtures" / "models" / "digits" / "expected_outputs.npy")
+    assert np.array_equal(np.concatenate([fast.run({"data": x}).outputs[0] for x in images]), want)
+
+
+def test_the_loop_takes_over_at_the_warm_run(monkeypatch):
+    monkeypatch.setattr(native, "WARM_RUNS", 16)
+    model = generate.load_fixture_model("digits")
+    x = generate.load_fixture_inputs("digits")[0]
+    first = model.run({"data": x}, trace=True)
+    for _ in range(16 - 2):
+        model.run({"data": x})
+    assert "native" not in model.program.runtime
+    again = model.run({"data": x}, trace=True)   # the 16th run, through the loop
+    assert again.trace.root == first.trace.root and np.array_equal(again.outputs[0], first.outputs[0])
+    assert model.program.runtime["native"]
+
+
+def test_an_output_is_the_callers_own():
+    model = generate.load_fixture_model("digits")
+    x = generate.load_fixture_inputs("digits")[0]
+    assert model.compile()
+    out = model.run({"data": x}).outputs[0]
+    assert out.base is None and out.flags.writeable
+
+
+def test_one_run_never_imports_numba():
+    code = ("import sys; from tests.fixture_script import generate; "
+            "m = generate.load_fixture_model('digits'); m.run({'data': generate.load_fixture_inputs('digits')[0]}); "
+            "print('numba' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"
+
+
+# -- when the loop does not take a program ----------------------------------------------
+
+def test_an_op_it_does_not_have():
+    model, _ = single_op_model("sum", [np.arange(6, dtype=np.int32).reshape(2, 3)], {"axis": (1,)})
+    assert native.lay_out(model.program) is None
+    assert native.prepare(model.program) is None
+
+
+def test_tensors_too_large():
+    x = np.zeros((native.MAX_ARENA_ELEMENTS // 2 + 1,), dtype=np.int32)
+    model, _ = single_op_model("relu", [x])
+    assert native.lay_out(model.program) is None
+    small, _ = single_op_model("relu", [x[:native.MAX_ARENA_ELEMENTS // 2]])
+    assert native.lay_out(small.program) is not None
+
+
+def test_more_memory_than_verification_bounded():
+    """A convolution whose gathered windows (64 channels x 3 x 3 taps for each of 28 x 28 outputs,
+    int64) would take the loop past the memory verification bounded the run by."""
+    x, w = np.zeros((1, 64, 30, 30), dtype=np.int32), np.zeros((1, 64, 3, 3), dtype=np.int32)
+    program = single_op_model("conv2d", [x, w], {"channels": 1, "kernel_size": (3, 3), "use_bias": False})[0].program
+    layout = native.lay_out(program)
+    assert native.native_bytes(layout) == 4 * (57600 + 576 + 784) + 8 * 784 + 8 * 784 * 576 > program.memory_bytes
+    assert native.prepare(program) is None
+
+
+def test_without_numba(monkeypatch):
+    monkeypatch.setattr(native, "_compiled", [None])
+    monkeypatch.setattr(native, "WARM_RUNS", 16)
+    model = generate.load_fixture_model("digits")
+    x = generate.load_fixture_inputs("digits")[0]
+    want = model.run({"data": x}).outputs[0]
+    for _ in range(16):
+        assert np.array_equal(model.run({"data": x}).outputs[0], want)
+    assert model.program.runtime["native"] is False
+    assert not generate.load_fixture_model("digits").compile()
+
+
+def test_turned_off(monkeypatch):
+    monkeypatch.setattr(native, "WARM_RUNS", 16)
+    model = generate.load_fixture_model("digits")
+    native.turn_off(model.program)
+    for x in generate.load_fixture_inputs("digits")[:17]:
+        model.run({"data": x})
+    assert model.program.runtime["native"] is False
+    assert not model.compile()
+
+
+def test_compile_says_no_for_a_program_not_for_the_loop():
+    model, feeds = single_op_model("sum", [np.arange(6, dtype=np.int32).reshape(2, 3)], {"axis": (1,)})
+    assert not model.compile()
+    assert model.run(feeds).outputs[0].tolist() == [3, 12]
+
+
+# -- failures ----------------------------------------------------------------------------
+
+def test_a_value_outside_its_precision_stops_the_run():
+    """As the executor's confirmation does: the loop's check is tested by narrowing one bound."""
+    model = generate.load_fixture_model("digits")
+    program = model.program
+    layout, loop = native.prepare(program)
+    code = layout.code.copy()
+    code[6, 3] = 0   # the second conv2d's outputs may only be 0
+    program.runtime["native"] = (native.NativeProgram(code, layout.template, layout.places), loop)
+    with pytest.raises(InternalError) as e:
+        execute(program, {"data": generate.load_fixture_inputs("digits")[0]})
+    assert e.value.code == "internal.precision"
+    assert "instruction 6 (conv2d)" in e.value.message
+
+
+def test_the_arena_is_new_each_run():
+    """A run leaves nothing behind for the next: the params' template is never written."""
+    model = generate.load_fixture_model("digits")
+    layout, loop = native.prepare(model.program)
+    before = layout.template.copy()
+    images = generate.load_fixture_inputs("digits")
+    a, _ = native.run(layout, loop, prepare_inputs(model.program, {"data": images[0]}))
+    native.run(layout, loop, prepare_inputs(model.program, {"data": images[1]}))
+    assert np.array_equal(layout.template, before)
+    again, _ = native.run(layout, loop, prepare_inputs(model.program, {"data": images[0]}))
+    assert np.array_equal(a, again)
