@@ -15,9 +15,10 @@ from hypothesis.extra import numpy as hnp
 
 import cvmvm
 from isa.errors import InternalError
-from isa.types import precision_bound
+from isa.types import TensorType, precision_bound
 from cvmvm.vm import native
-from cvmvm.vm.api import Limits, single_op_model
+from cvmvm.vm.api import Model, single_op_model
+from cvmvm.vm.verify import verify
 from cvmvm.vm.execute import execute, prepare_inputs
 from tests.opkit import reference1, run1
 from tests.reference import case_inputs, case_params, cvm_cases
@@ -184,6 +185,76 @@ def test_max_pool2d(data, kh, kw, sh, sw, ph, pw, ceil_mode, precision):
 
 
 # -- whole programs --------------------------------------------------------------------
+
+@st.composite
+def chains(draw):
+    """A random model the loop takes, and an input: convolution stages (conv2d with or without
+    bias, a right shift back to 8 bits, maybe relu, max_pool2d, a scale, a tensor added to
+    itself), then flatten, dense and a right shift; an intermediate is an output too."""
+    from tests.test_receipt import build, instr
+    from serializer.model import Input, Param
+    c, h, w = draw(st.integers(1, 3)), draw(st.integers(3, 8)), draw(st.integers(3, 8))
+    x = draw(values((1, c, h, w), 8))
+    params: list[np.ndarray] = []
+    plan = []   # (op, inputs: "x", a param's index, or None for the previous output, attrs)
+
+    def param(shape):
+        params.append(draw(values(shape, 8)))
+        return len(params) - 1
+
+    current = "x"
+    for _ in range(draw(st.integers(1, 3))):
+        k, stride, pad = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(0, 1))
+        if h + 2 * pad < k or w + 2 * pad < k:
+            break
+        oc = draw(st.integers(1, 4))
+        ins = [current, param((oc, c, k, k))] + ([param((oc,))] if draw(st.booleans()) else [])
+        plan.append(("conv2d", ins, {"channels": oc, "kernel_size": (k, k), "strides": (stride, stride),
+                                     "padding": (pad, pad), "use_bias": len(ins) == 3}))
+        c, h, w = oc, (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+        plan.append(("cvm_right_shift", [None], {"precision": 8, "shift_bit": draw(st.integers(1, 12))}))
+        if draw(st.booleans()):
+            plan.append(("relu", [None], {}))
+        if draw(st.booleans()) and h >= 2 and w >= 2:
+            plan.append(("max_pool2d", [None], {"pool_size": (2, 2), "strides": (2, 2)}))
+            h, w = h // 2, w // 2
+        if draw(st.booleans()):
+            plan.append(("broadcast_mul", [None, param((1, c, 1, 1))], {}))
+            plan.append(("cvm_right_shift", [None], {"precision": 8, "shift_bit": 7}))
+        if draw(st.booleans()):
+            plan.append(("broadcast_add", [None, None], {}))
+            plan.append(("cvm_clip", [None], {"precision": 8}))
+        current = None
+    plan.append(("flatten", [current], {}))
+    units = draw(st.integers(1, 5))
+    plan.append(("dense", [None, param((units, c * h * w))], {"units": units, "use_bias": False}))
+    plan.append(("cvm_right_shift", [None], {"precision": 8, "shift_bit": draw(st.integers(1, 16))}))
+
+    first = 1 + len(params)   # tensor ids: the input, the params, then each instruction's output
+    instrs = []
+    for k, (op, ins, attrs) in enumerate(plan):
+        ids = tuple(0 if i == "x" else first + k - 1 if i is None else 1 + i for i in ins)
+        instrs.append(instr(op, ids, first + k, **attrs))
+    for value in params:
+        value.setflags(write=False)
+    model = build([Input("x", TensorType((1, x.shape[1], x.shape[2], x.shape[3]), 8))],
+                  [Param(f"p{k}", TensorType(v.shape, 8), v) for k, v in enumerate(params)], instrs,
+                  [first + len(plan) - 1, first + draw(st.integers(0, len(plan) - 1))])
+    return model, x
+
+
+@settings(max_examples=120, deadline=None)
+@given(chains())
+def test_random_models_through_the_loop(case):
+    """Every tensor, output and trace root of a random model the loop takes, against the kernels."""
+    fast, x = case
+    slow = Model(verify(fast.program.model))
+    assert fast.compile()
+    native.turn_off(slow.program)
+    a, b = fast.run({"x": x}, trace=True, keep=True), slow.run({"x": x}, trace=True, keep=True)
+    assert a.trace.root == b.trace.root and a.output_hash == b.output_hash
+    assert all(np.array_equal(u, v) for u, v in zip(a.tensors, b.tensors))
+    assert all(np.array_equal(u, v) for u, v in zip(a.outputs, b.outputs))
 
 CASES = [c for c in cvm_cases() if c["expect"]["cvmvm"]["status"] != "error"]
 
