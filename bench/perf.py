@@ -313,15 +313,19 @@ def digits_parts(images) -> dict:
     out = {"kernels_in_run": in_run, "kernels_alone": alone, "executor": executor}
     ready = native.prepare(program) if native is not None else None
     if ready is not None:
-        layout, loop = ready
+        arena_layout, loop = ready
         feeds = ex.prepare_inputs(program, {"data": x})
-        out["loop"] = per_image(lambda: native.run(layout, loop, feeds))
+        out["loop"] = per_image(lambda: native.run(arena_layout, loop, feeds))
     trace = model.run({"data": x}, trace=True).trace
     out["trace_tree"] = per_image(lambda: make_trace(program, trace.commitments))
     layout = program_layout(program)
     if hasattr(layout, "bulk"):   # a checkout from before BulkCommitter has no such part
         bodies = layout.take_bodies()[1]
         out["small_commitments"] = per_image(lambda: layout.bulk.commit(bodies))
+        hasher = native.hasher() if ready is not None else None
+        if hasher is not None:   # what a traced call through the loop makes of the same hashes
+            out["compiled_commitments"] = per_image(lambda: hasher.commit(layout.bulk.plan, bodies.buffer))
+            out["compiled_tree"] = per_image(lambda: hasher.tree_root(trace.commitments))
     return out
 
 
@@ -406,7 +410,9 @@ def show(r: dict) -> None:
     print(f"  one call, us: kernels {parts['kernels_in_run']:.1f} inside runs ({parts['kernels_alone']:.1f} each "
           f"timed alone), the executor {parts['executor']:.1f}; traced: trace tree and roots {parts['trace_tree']:.1f}"
           + (f", small tensors' commitments {parts['small_commitments']:.1f}" if "small_commitments" in parts else "")
-          + (f"; the compiled loop alone {parts['loop']:.1f}" if "loop" in parts else ""))
+          + (f"; the compiled loop alone {parts['loop']:.1f}" if "loop" in parts else "")
+          + (f", the same commitments compiled {parts['compiled_commitments']:.1f} and the trace tree's root "
+             f"{parts['compiled_tree']:.1f}" if "compiled_commitments" in parts else ""))
 
 
 def us(seconds: float) -> str:

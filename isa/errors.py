@@ -153,6 +153,7 @@ CODES: dict[str, str] = {
     "internal.attrs": "an instruction whose attribute record is not its op's (a VM bug)",
     "internal.param": "a param whose value does not match its type (a VM bug)",
     "internal.trace": "a traced run that did not commit every tensor (a VM bug)",
+    "internal.hash": "the compiled hasher's call of libcrypto's SHA-256 failed, or was given a tree that is not one (a VM bug)",
     "internal.ray": "replay --ray: a Ray task failed for another reason than cvmvm's own errors",
     "internal.replay": "replay: a transaction left without an outcome (a bug)",
     "internal.worker": "replay: a worker process died (killed by a signal: out of memory, kill -9); the outcomes "

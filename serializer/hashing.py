@@ -433,6 +433,20 @@ class Bodies(NamedTuple):
 
     dests: tuple[np.ndarray, ...]
     chunks: tuple[memoryview, ...]
+    buffer: np.ndarray        # every body, uint8: what the chunks are slices of
+
+
+class BulkPlan(NamedTuple):
+    """``BulkCommitter``'s positions as arrays: each chunk's [start, end) in the buffer (leaves,
+    nodes 0..), each inner node's two children (nodes numbered on from the leaves, in order),
+    each tensor's root node, and the commitments' prefixes (TENSOR_TAG || type_bytes) end to end
+    with their boundaries."""
+
+    chunks: np.ndarray     # (leaves, 2) int64
+    pairs: np.ndarray      # (inner nodes, 2) int64
+    roots: np.ndarray      # (tensors,) int64
+    prefixes: np.ndarray   # uint8
+    spans: np.ndarray      # (tensors + 1,) int64
 
 
 class BulkCommitter:
@@ -457,6 +471,7 @@ class BulkCommitter:
             trees.append(list(range(first, len(chunks))))
             pos += -(-length // 8) * 8   # every body 8-byte aligned for its lanes
         self.size = pos
+        self.spans = tuple(self._spans)           # each body's (start, length) in the buffer, in order
         self._chunks = tuple(chunks)
         # Nodes are numbered leaves first, then inner nodes as they are made: each tree is folded as
         # tree_root folds it (adjacent pairs from the left, an odd last node carried up).
@@ -476,7 +491,13 @@ class BulkCommitter:
             roots.append(level[0])
         self._pairs = tuple(pairs)
         self._roots = tuple(roots)
-        self._prefixes = tuple(hashlib.sha256(TENSOR_TAG + type_bytes(t)) for t in self.types)
+        prefixes = [TENSOR_TAG + type_bytes(t) for t in self.types]
+        self._prefixes = tuple(hashlib.sha256(p) for p in prefixes)
+        # The same positions as flat arrays, for a compiled commit (cvmvm.vm.native.Hasher).
+        spans = np.cumsum([0] + [len(p) for p in prefixes], dtype=np.int64)
+        self.plan = BulkPlan(np.array(chunks, dtype=np.int64).reshape(-1, 2),
+                             np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(roots, dtype=np.int64),
+                             np.frombuffer(b"".join(prefixes), dtype=np.uint8).copy(), spans)
 
     def bodies(self) -> Bodies:
         """A new set of buffers (a caller reuses one run after run: making it costs more than using it)."""
@@ -484,7 +505,7 @@ class BulkCommitter:
         dests = tuple(lanes_as_tensor(buffer[start:start + length].view(_lane_dtype(t)), t)
                       for t, (start, length) in zip(self.types, self._spans))
         view = buffer.data
-        return Bodies(dests, tuple(view[a:b] for a, b in self._chunks))
+        return Bodies(dests, tuple(view[a:b] for a, b in self._chunks), buffer)
 
     def commit(self, bodies: Bodies) -> list[bytes]:
         """Every tensor's commitment, from the bodies written into ``bodies``."""

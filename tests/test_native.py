@@ -16,6 +16,8 @@ from hypothesis.extra import numpy as hnp
 import cvmvm
 from isa.errors import InternalError
 from isa.types import TensorType, precision_bound
+from serializer import hashing
+from serializer.hashing import BulkCommitter, tree_root
 from cvmvm.vm import native
 from cvmvm.vm.api import Model, single_op_model
 from cvmvm.vm.verify import verify
@@ -255,6 +257,8 @@ def test_random_models_through_the_loop(case):
     assert a.trace.root == b.trace.root and a.output_hash == b.output_hash
     assert all(np.array_equal(u, v) for u, v in zip(a.tensors, b.tensors))
     assert all(np.array_equal(u, v) for u, v in zip(a.outputs, b.outputs))
+    # Traced alone, the tracer takes the arena whole (Tracer.observe_arena).
+    assert fast.run({"x": x}, trace=True).trace.commitments == b.trace.commitments
 
 CASES = [c for c in cvm_cases() if c["expect"]["cvmvm"]["status"] != "error"]
 
@@ -284,6 +288,7 @@ def test_digits_every_image_every_tensor():
         assert a.trace.root == b.trace.root and a.output_hash == b.output_hash and a.peak_bytes == b.peak_bytes
         assert all(np.array_equal(u, v) and u.dtype == v.dtype for u, v in zip(a.tensors, b.tensors))
         assert np.array_equal(a.outputs[0], b.outputs[0])
+        assert fast.run({"data": x}, trace=True).trace.commitments == b.trace.commitments
     want = np.load(ROOT / "fixtures" / "models" / "digits" / "expected_outputs.npy")
     assert np.array_equal(np.concatenate([fast.run({"data": x}).outputs[0] for x in images]), want)
 
@@ -309,12 +314,112 @@ def test_an_output_is_the_callers_own():
     assert out.base is None and out.flags.writeable
 
 
+def test_a_large_tensor_in_a_compiled_traced_run():
+    """A body of 64 KiB or more is not among the small ones: the tracer takes it by itself (the
+    hashing process, or at once)."""
+    x = np.arange(-10_000, 10_000, dtype=np.int32) * 100_000
+    fast, feeds = single_op_model("relu", [x], None, [32])
+    slow, _ = single_op_model("relu", [x], None, [32])
+    assert fast.compile()
+    native.turn_off(slow.program)
+    for _ in range(3):   # the second traced run with a large tensor starts the hashing process
+        a, b = fast.run(feeds, trace=True), slow.run(feeds, trace=True)
+        assert a.trace.commitments == b.trace.commitments and a.trace.root == b.trace.root
+
+
 def test_one_run_never_imports_numba():
     code = ("import sys; from tests.fixture_script import generate; "
             "m = generate.load_fixture_model('digits'); m.run({'data': generate.load_fixture_inputs('digits')[0]}); "
             "print('numba' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
+
+
+# -- a traced run's bodies and the compiled hasher ----------------------------------------------
+
+@st.composite
+def tensor_types(draw):
+    shape = draw(hnp.array_shapes(min_dims=1, max_dims=4, max_side=40).filter(lambda s: int(np.prod(s)) <= 5000))
+    return TensorType(tuple(shape), draw(st.integers(1, 32)))
+
+
+def filled_bodies(types, seed):
+    """A BulkCommitter's bodies for ``types``, written by numpy from random values in each precision,
+    and the values."""
+    rng = np.random.default_rng(seed)
+    bulk = BulkCommitter(types)
+    bodies = bulk.bodies()
+    values = []
+    for dest, t in zip(bodies.dests, types):
+        bound = precision_bound(t.precision)
+        values.append(rng.integers(-bound, bound + 1, size=t.shape, dtype=np.int64).astype(np.int32))
+        np.copyto(dest, values[-1], casting="unsafe")
+    return bulk, bodies, values
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(tensor_types(), min_size=1, max_size=6), st.integers(0, 2**32 - 1))
+def test_lanes_written_as_numpy_writes_them(types, seed):
+    """Every lane width, channel-last or not, from an arena: the bytes numpy's copies give."""
+    bulk, bodies, values = filled_bodies(types, seed)
+    arena = np.concatenate([v.reshape(-1) for v in values])
+    rows, start = [], 0
+    for t, (body, _) in zip(types, bulk.spans):
+        last = hashing.channel_last(t)
+        rows.append((start, t.size, body, hashing.lane_width(t), int(last), *(t.shape[1:] if last else (0, 0, 0))))
+        start += t.size
+    buffer = np.zeros_like(bodies.buffer)
+    native.lane_writer()(arena, np.array(rows, dtype=np.int64), buffer)
+    assert buffer.tobytes() == bodies.buffer.tobytes()
+
+def _hasher():
+    h = native.hasher()
+    assert h is not None, "numba and libcrypto's SHA-256 are here"
+    return h
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(tensor_types(), min_size=1, max_size=6), st.integers(0, 2**32 - 1))
+def test_hasher_commits_as_the_bulk_committer(types, seed):
+    """Bodies of every lane width, one chunk and many, channel-last or not, against hashlib's."""
+    bulk, bodies, _ = filled_bodies(types, seed)
+    assert _hasher().commit(bulk.plan, bodies.buffer) == bulk.commit(bodies)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=70))
+def test_hasher_tree_root(leaves):
+    assert _hasher().tree_root(leaves) == tree_root(leaves)
+
+
+def test_hasher_refuses_what_is_not_a_tree():
+    for leaves in ([], [b"x" * 31], [b"x" * 32, b"y" * 33]):
+        with pytest.raises(InternalError):
+            _hasher().tree_root(leaves)
+
+
+def test_no_hasher_without_libcrypto(monkeypatch):
+    monkeypatch.setattr(native, "_libcrypto", lambda: None)
+    assert native._compile_hasher() is None
+
+
+def test_no_hasher_whose_answers_are_not_hashlibs(monkeypatch):
+    monkeypatch.setattr(native, "tree_root", lambda leaves: b"\0" * 32)
+    assert native._compile_hasher() is None
+
+
+def test_traced_runs_of_a_compiled_program_hash_through_it(monkeypatch):
+    model = generate.load_fixture_model("digits")
+    x = generate.load_fixture_inputs("digits")[0]
+    want = model.run({"data": x}, trace=True).trace
+    assert model.compile()
+    calls = []
+    h = _hasher()
+    monkeypatch.setattr(native, "_hashers", [native.Hasher(lambda *a: calls.append("bulk") or h.bulk(*a),
+                                                           lambda *a: calls.append("tree") or h.tree(*a))])
+    got = model.run({"data": x}, trace=True).trace
+    assert calls == ["bulk", "tree"]
+    assert got.root == want.root and got.commitments == want.commitments
 
 
 # -- when the loop does not take a program ----------------------------------------------
@@ -355,6 +460,21 @@ def test_without_numba(monkeypatch):
     assert not generate.load_fixture_model("digits").compile()
 
 
+def test_numba_that_cannot_compile_the_loop(monkeypatch):
+    import numba
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no LLVM target here")
+    monkeypatch.setattr(numba, "njit", broken)
+    assert native._compile() is None
+
+
+def test_numba_with_its_jit_disabled(monkeypatch):
+    import numba
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
+    assert native._compile() is None
+
+
 def test_turned_off(monkeypatch):
     monkeypatch.setattr(native, "WARM_RUNS", 16)
     model = generate.load_fixture_model("digits")
@@ -379,12 +499,35 @@ def test_a_value_outside_its_precision_stops_the_run():
     program = model.program
     layout, loop = native.prepare(program)
     code = layout.code.copy()
-    code[6, 3] = 0   # the second conv2d's outputs may only be 0
+    code[4, 3] = 0   # the first broadcast_mul's outputs may only be 0
     program.runtime["native"] = (native.NativeProgram(code, layout.template, layout.places), loop)
     with pytest.raises(InternalError) as e:
         execute(program, {"data": generate.load_fixture_inputs("digits")[0]})
     assert e.value.code == "internal.precision"
-    assert "instruction 6 (conv2d)" in e.value.message
+    assert "instruction 4 (broadcast_mul)" in e.value.message
+
+
+def test_confirmed_as_the_executor_confirms():
+    """Every value is checked against its precision except where the op's block proves it cannot
+    leave it (OpDef.in_range), the executor's own rule: there the row's bound is -1."""
+    program = generate.load_fixture_model("digits").program
+    layout = native.lay_out(program)
+    for step, row in zip(program.steps, layout.code):
+        proved = step.op.in_range is not None
+        assert row[3] == (-1 if proved else precision_bound(step.out_types[0].precision)), step.op.name
+    assert {s.op.name for s in program.steps if s.op.in_range is None} == {"broadcast_mul"}
+
+
+def test_an_op_it_writes_through_loses_its_proof():
+    """relu, clip, right shift, copies and max_pool2d go straight into the arena: a block that no
+    longer proves their range would take the program out of the loop."""
+    import dataclasses
+    from isa.table import OP_BY_NAME
+    model, _ = single_op_model("relu", [np.arange(-3, 3, dtype=np.int32)])
+    assert native.lay_out(model.program) is not None
+    unproved = dataclasses.replace(OP_BY_NAME["relu"], in_range=None)
+    steps = tuple(dataclasses.replace(s, op=unproved) for s in model.program.steps)
+    assert native.lay_out(dataclasses.replace(model.program, steps=steps)) is None
 
 
 def test_the_arena_is_new_each_run():

@@ -351,8 +351,14 @@ def _run_native(program: Program, plan: Compiled, fast: native.Ready, inputs: li
         raise InternalError("precision", f"{_where(program, failed)}: a value outside inferred precision "
                                          f"{step.out_types[0].precision}")
     if observe is not None:
-        for step in program.steps:
-            observe(step.outputs[0], native.tensor(layout, arena, step.outputs[0]))
+        # A tracer takes the whole arena at once (Tracer.observe_arena); any other observer sees
+        # each instruction's output in order, as from the kernels.
+        whole = getattr(observe, "observe_arena", None)
+        if whole is not None:
+            whole(layout, arena)
+        else:
+            for step in program.steps:
+                observe(step.outputs[0], native.tensor(layout, arena, step.outputs[0]))
     return [native.tensor(layout, arena, t).copy() for t in plan.outputs], plan.peak
 
 

@@ -33,7 +33,7 @@ from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, Bodies, BulkCom
                                 tree_levels, tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.records.trace import entry_to_json, trace_doc
-from cvmvm.vm import blas, hashworker
+from cvmvm.vm import blas, hashworker, native
 from cvmvm.vm.hashworker import Block
 from cvmvm.vm.verify import Program
 
@@ -212,7 +212,9 @@ def make_trace(program: Program, commitments: Sequence[bytes | None], root: byte
     known = cast("tuple[bytes, ...]", tuple(commitments))
     inputs = input_commitment(known[:layout.counts[0]])
     if root is None:
-        root = trace_root(layout.root, inputs, len(known), tree_root(known))
+        fast = native.hasher() if program.runtime.get("native") else None
+        tree = tree_root(known) if fast is None else fast.tree_root(known)
+        root = trace_root(layout.root, inputs, len(known), tree)
     return Trace(known, inputs, root, program)
 
 
@@ -263,6 +265,20 @@ class Tracer:
                 return
         self._commitments[tensor] = committer(value)
 
+    def observe_arena(self, layout: native.NativeProgram, arena: np.ndarray) -> None:
+        """Every instruction output of a compiled run (cvmvm.vm.native) at once: the small ones'
+        bodies written from the arena by one compiled call, any other as ``__call__`` takes it."""
+        plan = native.lanes(self.program, layout, self.layout.small, self.layout.bulk.spans)
+        write = native.lane_writer()
+        if self._bodies is None or write is None:
+            others: Sequence[int] = [step.outputs[0] for step in self.program.steps]
+        else:
+            write(arena, plan.rows, self._bodies[1].buffer)
+            self._written.extend(plan.written)
+            others = plan.others
+        for t in others:
+            self(t, native.tensor(layout, arena, t))
+
     def release(self) -> None:
         """Give the buffers back to the program's layout: the run failed, or its small tensors are
         committed.  A run that fails keeps nothing (its error's traceback may keep the tracer)."""
@@ -284,7 +300,9 @@ class Tracer:
     def commitments(self) -> list[bytes]:
         """Every tensor's commitment, by tensor id (waits for the hashing process)."""
         if self._bodies is not None:
-            small = self.layout.bulk.commit(self._bodies[1])
+            fast = native.hasher() if self.program.runtime.get("native") else None
+            bodies = self._bodies[1]
+            small = self.layout.bulk.commit(bodies) if fast is None else fast.commit(self.layout.bulk.plan, bodies.buffer)
             written = set(self._written)
             # Only what was written: a run cut short leaves the rest for make_trace to name as missing.
             for t, c in zip(self.layout.small, small):
