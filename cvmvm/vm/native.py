@@ -149,8 +149,8 @@ _INT32_MIN = -(1 << 31)
 
 def _loop(code: np.ndarray, arena: np.ndarray) -> int:
     """Run every row over the arena; -1, or the index of the instruction whose value left its
-    precision.  Every value is an int64 before its confirmation: |inputs| < 2^31 and the
-    verified precisions keep every sum below 2^32, so none wraps."""
+    precision.  Values are computed in int64: |inputs| < 2^31 and the verified precisions keep
+    every sum below 2^32, so none wraps."""
     f = FIELDS
     for i in range(code.shape[0]):
         op, out, size, bound = code[i, 0], code[i, 1], code[i, 2], code[i, 3]
@@ -475,18 +475,20 @@ def hasher() -> Hasher | None:
 
 
 def _libcrypto() -> tuple[Any, Any, Any] | None:
-    """SHA256_Init, SHA256_Update and SHA256_Final of libcrypto, typed for ctypes; None if absent."""
+    """SHA256_Init, SHA256_Update and SHA256_Final of the libcrypto hashlib itself loaded, typed for
+    ctypes; None where that library cannot be named (only Linux lists a process's libraries, in
+    /proc/self/maps: loading another one by name can abort a process, as macOS's stub does) or
+    does not export them."""
     import ctypes
-    import ctypes.util
-
-    def names() -> Any:
-        yield from ("libcrypto.so.3", "libcrypto.so.1.1")
-        yield ctypes.util.find_library("crypto")   # runs ldconfig: only when those are not there
-    for name in names():
-        if not name:
-            continue
+    import hashlib   # noqa: F401  (its _hashlib loads libcrypto)
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            paths = {line.split()[-1] for line in f if "/libcrypto" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
         try:
-            lib = ctypes.CDLL(name)
+            lib = ctypes.CDLL(path)
             init, update, final = lib.SHA256_Init, lib.SHA256_Update, lib.SHA256_Final
         except (OSError, AttributeError):
             continue
