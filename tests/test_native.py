@@ -306,6 +306,24 @@ def test_the_loop_takes_over_at_the_warm_run(monkeypatch):
     assert model.program.runtime["native"]
 
 
+def test_threads_share_a_compiled_model():
+    """The loop and the hasher release the GIL: four threads running one compiled model at once each
+    get every image's own outputs and trace root (each run has its own arena and bodies)."""
+    from concurrent.futures import ThreadPoolExecutor
+    model = generate.load_fixture_model("digits")
+    images = generate.load_fixture_inputs("digits")[:60]
+    want = [model.run({"data": x}, trace=True) for x in images]
+    assert model.compile()
+
+    def runs(offset):
+        return [(k, model.run({"data": images[k]}, trace=True)) for k in range(offset, len(images), 4)]
+    with ThreadPoolExecutor(4) as pool:
+        done = [r for part in pool.map(runs, range(4)) for r in part]
+    assert len(done) == len(images)
+    for k, got in done:
+        assert got.trace.root == want[k].trace.root and np.array_equal(got.outputs[0], want[k].outputs[0])
+
+
 def test_an_output_is_the_callers_own():
     model = generate.load_fixture_model("digits")
     x = generate.load_fixture_inputs("digits")[0]
