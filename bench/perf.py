@@ -322,7 +322,11 @@ def digits_parts(images) -> dict:
     if hasattr(layout, "bulk"):   # a checkout from before BulkCommitter has no such part
         bodies = layout.take_bodies()[1]
         out["small_commitments"] = per_image(lambda: layout.bulk.commit(bodies))
-        hasher = native.hasher() if ready is not None else None
+        try:   # serializer.sha from 2026-11-28 on; cvmvm.vm.native before it
+            from serializer.sha import hasher as compiled
+        except ImportError:
+            compiled = native.hasher
+        hasher = compiled() if ready is not None else None
         if hasher is not None:   # what a traced call through the loop makes of the same hashes
             out["compiled_commitments"] = per_image(lambda: hasher.commit(layout.bulk.plan, bodies.buffer))
             out["compiled_tree"] = per_image(lambda: hasher.tree_root(trace.commitments))

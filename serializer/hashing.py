@@ -103,12 +103,15 @@ def _body(value: np.ndarray, dtype: np.dtype, channel_last: bool) -> memoryview:
 
 
 def lanes_as_tensor(lanes: np.ndarray, t: TensorType) -> np.ndarray:
-    """A body's lanes (one dimension, in the committed order) seen as the tensor, without a copy:
-    writing a value into the view lays its body out, reading it reads the body back."""
+    """A body's lanes (the last dimension, in the committed order) seen as the tensor, without a
+    copy: writing a value into the view lays its body out, reading it reads the body back.  Leading
+    dimensions stay in front: lanes of shape (k, length) are k bodies, seen as shape (k, *t.shape)."""
+    lead = lanes.shape[:-1]
     if channel_last(t):
         n, c, h, w = t.shape
-        return lanes.reshape(n, h, w, c).transpose(0, 3, 1, 2)
-    return lanes.reshape(t.shape)
+        k = len(lead)
+        return lanes.reshape(*lead, n, h, w, c).transpose(*range(k), k, k + 3, k + 1, k + 2)
+    return lanes.reshape(*lead, *t.shape)
 
 
 def tensor_from_body(body: bytes | memoryview, t: TensorType) -> np.ndarray:
@@ -493,7 +496,7 @@ class BulkCommitter:
         self._roots = tuple(roots)
         prefixes = [TENSOR_TAG + type_bytes(t) for t in self.types]
         self._prefixes = tuple(hashlib.sha256(p) for p in prefixes)
-        # The same positions as flat arrays, for a compiled commit (cvmvm.vm.native.Hasher).
+        # The same positions as flat arrays, for a compiled commit (serializer.sha.Hasher).
         spans = np.cumsum([0] + [len(p) for p in prefixes], dtype=np.int64)
         self.plan = BulkPlan(np.array(chunks, dtype=np.int64).reshape(-1, 2),
                              np.array(pairs, dtype=np.int64).reshape(-1, 2), np.array(roots, dtype=np.int64),
@@ -506,6 +509,15 @@ class BulkCommitter:
                       for t, (start, length) in zip(self.types, self._spans))
         view = buffer.data
         return Bodies(dests, tuple(view[a:b] for a, b in self._chunks), buffer)
+
+    def row_dests(self, buffer: np.ndarray, count: int) -> tuple[np.ndarray, ...]:
+        """Where each tensor's values of ``count`` items go in ``buffer`` (uint8, ``count * size``
+        bytes): item i's bodies at ``i * size``, laid out as one item's are (``bodies``), so each
+        item's chunks are the plan's shifted by ``i * size``.  Tensor k's view has shape
+        (count, *types[k].shape): item i's value is written into ``dests[k][i]``."""
+        items = buffer.reshape(count, self.size)
+        return tuple(lanes_as_tensor(items[:, start:start + length].view(_lane_dtype(t)), t)
+                     for t, (start, length) in zip(self.types, self._spans))
 
     def commit(self, bodies: Bodies) -> list[bytes]:
         """Every tensor's commitment, from the bodies written into ``bodies``."""

@@ -21,6 +21,8 @@ from serializer.cortex.layout import CANONICAL_VERSION
 from serializer.model import Input
 from serializer.records import receipt as receipt_codec, stepproof, trace as trace_codec, transactions
 from cvmvm.vm.api import single_op_model
+from serializer import sha
+from cvmvm.vm import batching
 from cvmvm.vm.batching import batch_plan
 from cvmvm.vm.trace import Tracer, make_trace, program_layout, trace_to_json
 from cvmvm.tx import receipt
@@ -239,6 +241,18 @@ def test_traced_runs_in_threads_get_their_own_buffers(digits):
             assert got == [want[k % 8] for k in range(64)]
 
 
+def hashing_by(way: str, monkeypatch) -> None:
+    """Stacked runs commit their items through hashlib, or through the compiled hasher
+    (cvmvm.vm.native, where numba is installed)."""
+    if way == "compiled":
+        pytest.importorskip("numba")
+        assert sha.hasher() is not None
+    else:
+        monkeypatch.setattr(sha, "_hashers", [])
+        monkeypatch.setattr(batching, "HASH_WARM_ITEMS", 10**12)
+
+
+@pytest.mark.parametrize("hashing", ["hashlib", "compiled"])
 @pytest.mark.parametrize("trace", [False, True])
 @pytest.mark.parametrize("make, feeds, stacked", [
     (digits_model, [{"data": IMAGES[k] * (1 + k % 3)} for k in range(7)], True),  # some clipped
@@ -246,7 +260,8 @@ def test_traced_runs_in_threads_get_their_own_buffers(digits):
     (pair_model, [{"a": np.full((2, 3), k, np.int32), "b": np.full((2, 3), -k, np.int64)} for k in range(4)], True),
     (column_sum_model, [{"x": np.full((2, 3), k, np.int32)} for k in range(3)], False),
 ])
-def test_run_batch_equals_one_by_one(make, feeds, stacked, trace):
+def test_run_batch_equals_one_by_one(make, feeds, stacked, trace, hashing, monkeypatch):
+    hashing_by(hashing, monkeypatch)
     model = make()
     assert (batch_plan(model.program) is not None) == stacked
     batch = model.run_batch(feeds, trace=trace)

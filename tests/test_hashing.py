@@ -301,6 +301,26 @@ def test_a_bulk_committer_equals_one_committer_per_tensor(specs, seed):
     assert bulk.commit(bodies) == [cm.Committer(t)(v) for t, v in zip(types, values)]
 
 
+def test_row_dests_lay_each_item_out_as_its_own_bodies():
+    """A stacked run's items written item-major (``row_dests``, for the compiled hasher): item i's
+    bytes at ``i * size`` are, span by span, the bytes ``bodies`` holds for its values alone, for
+    every type of BULK_TYPES (every dtype and lane width, channel-last or not)."""
+    bulk = cm.BulkCommitter(BULK_TYPES)
+    count = 3
+    rows = np.zeros(count * bulk.size, dtype=np.uint8)
+    values = [[_bulk_value(t, 10 * i + k) for k, t in enumerate(BULK_TYPES)] for i in range(count)]
+    dests = bulk.row_dests(rows, count)
+    assert [d.shape for d in dests] == [(count, *t.shape) for t in BULK_TYPES]
+    for k, dest in enumerate(dests):
+        np.copyto(dest, np.stack([v[k] for v in values]).astype(dest.dtype.newbyteorder(">")), casting="unsafe")
+    for i in range(count):
+        one = bulk.bodies()
+        for dest, value in zip(one.dests, values[i]):
+            np.copyto(dest, value, casting="unsafe")
+        item = rows[i * bulk.size:(i + 1) * bulk.size]
+        assert all(item[a:a + n].tobytes() == one.buffer[a:a + n].tobytes() for a, n in bulk.spans)
+
+
 # -- trees -------------------------------------------------------------------------------------
 
 def test_tree_and_paths_match_rfc_6962_for_every_size_to_70():

@@ -224,6 +224,12 @@ def test_a_forked_child_starts_its_own():
     assert hashworker._worker is not None
 
 
+def test_with_numba_the_process_hashes_through_the_compiled_hasher(small_ring):
+    """It says so when it is ready; the roots it gives are checked against the definition above."""
+    pytest.importorskip("numba")
+    assert small_ring.compiled
+
+
 def test_the_process_imports_no_more_than_the_hashing():
     """It runs by path (python -I), with the directory of the serializer package and nothing else of
     cvmvm: importing the VM there would cost a second start-up for nothing."""

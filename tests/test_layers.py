@@ -30,7 +30,7 @@ ALLOWED = {
 # falls back to leaving BLAS threads alone and cvmvm.vm.native to the numpy kernels, which
 # changes timing only).
 EXTRAS = {"cvmvm.importer": {"onnx", "tqdm"}, "cvmvm.cli.tx": {"tqdm"}, "cvmvm.vm.blas": {"threadpoolctl"},
-          "cvmvm.vm.native": {"numba"}}
+          "cvmvm.vm.native": {"numba"}, "serializer.sha": {"numba"}}
 
 # Inside cvmvm: a module may import cvmvm modules of its own sub-layer or a lower one.
 # The package itself re-exports the VM's API, so it sits with vm; __main__ runs the CLI.

@@ -17,6 +17,7 @@ import cvmvm
 from isa.errors import InternalError
 from isa.types import TensorType, precision_bound
 from serializer import hashing
+from serializer import sha
 from serializer.hashing import BulkCommitter, tree_root
 from cvmvm.vm import native
 from cvmvm.vm.api import Model, single_op_model
@@ -391,7 +392,7 @@ def test_lanes_written_as_numpy_writes_them(types, seed):
     assert buffer.tobytes() == bodies.buffer.tobytes()
 
 def _hasher():
-    h = native.hasher()
+    h = sha.hasher()
     assert h is not None, "numba and libcrypto's SHA-256 are here"
     return h
 
@@ -414,16 +415,60 @@ def test_hasher_refuses_what_is_not_a_tree():
     for leaves in ([], [b"x" * 31], [b"x" * 32, b"y" * 33]):
         with pytest.raises(InternalError):
             _hasher().tree_root(leaves)
+    good = np.zeros((2, 3, 32), dtype=np.uint8)
+    for levels in (np.zeros((2, 0, 32), np.uint8), np.zeros((2, 3, 31), np.uint8), good.astype(np.int8),
+                   good.transpose(1, 0, 2), np.zeros((2, 6, 32), np.uint8)[:, ::2]):
+        with pytest.raises(InternalError):
+            _hasher().tree_roots(levels)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(tensor_types(), min_size=1, max_size=5), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_hasher_commits_rows_as_the_bulk_committer(types, count, seed):
+    """``count`` items' bodies laid end to end (BulkCommitter.row_dests, as a stacked run writes them):
+    each item's commitments are those of its own bodies, through hashlib."""
+    items = [filled_bodies(types, seed + k) for k in range(count)]
+    bulk = items[0][0]
+    rows = np.zeros(count * bulk.size, dtype=np.uint8)
+    for k, dest in enumerate(bulk.row_dests(rows, count)):
+        np.copyto(dest, np.stack([values[k] for _, _, values in items]), casting="unsafe")
+    got = _hasher().commit_rows(bulk.plan, rows, bulk.size, count)
+    assert got.shape == (count, len(types), 32)
+    assert [[bytes(c) for c in item] for item in got] == [bulk.commit(bodies) for _, bodies, _ in items]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 40000), st.sampled_from([1, 7, 64, 256, 4096]), st.integers(0, 2**32 - 1))
+def test_hasher_blocks_root(length, size, seed):
+    """A body's chunk tree (the hashing process's blocks), every length against hashlib's."""
+    body = np.random.default_rng(seed).integers(0, 256, size=length, dtype=np.uint8)
+    assert _hasher().blocks_root(body, size) == hashing.blocks_root(body.data, size)
+
+
+def test_hasher_refuses_what_is_not_a_body():
+    for body, size in ((np.zeros(0, np.uint8), 4096), (np.zeros(8, np.int8), 4096), (np.zeros((2, 4), np.uint8), 4),
+                       (np.zeros(16, np.uint8)[::2], 4), (np.zeros(8, np.uint8), 0)):
+        with pytest.raises(InternalError):
+            _hasher().blocks_root(body, size)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_hasher_tree_roots(trees, leaves, seed):
+    rng = np.random.default_rng(seed)
+    levels = rng.integers(0, 256, size=(trees, leaves, 32), dtype=np.uint8)
+    want = [tree_root([bytes(leaf) for leaf in tree]) for tree in levels]
+    assert [bytes(root) for root in _hasher().tree_roots(levels)] == want
 
 
 def test_no_hasher_without_libcrypto(monkeypatch):
-    monkeypatch.setattr(native, "_libcrypto", lambda: None)
-    assert native._compile_hasher() is None
+    monkeypatch.setattr(sha, "_libcrypto", lambda: None)
+    assert sha._compile_hasher() is None
 
 
 def test_no_hasher_whose_answers_are_not_hashlibs(monkeypatch):
-    monkeypatch.setattr(native, "tree_root", lambda leaves: b"\0" * 32)
-    assert native._compile_hasher() is None
+    monkeypatch.setattr(sha, "tree_root", lambda leaves: b"\0" * 32)
+    assert sha._compile_hasher() is None
 
 
 def test_traced_runs_of_a_compiled_program_hash_through_it(monkeypatch):
@@ -431,13 +476,114 @@ def test_traced_runs_of_a_compiled_program_hash_through_it(monkeypatch):
     x = generate.load_fixture_inputs("digits")[0]
     want = model.run({"data": x}, trace=True).trace
     assert model.compile()
-    calls = []
-    h = _hasher()
-    monkeypatch.setattr(native, "_hashers", [native.Hasher(lambda *a: calls.append("bulk") or h.bulk(*a),
-                                                           lambda *a: calls.append("tree") or h.tree(*a))])
+    calls = spied_hasher(monkeypatch)
     got = model.run({"data": x}, trace=True).trace
     assert calls == ["bulk", "tree"]
     assert got.root == want.root and got.commitments == want.commitments
+
+
+def spied_hasher(monkeypatch) -> list[str]:
+    """The compiled hasher, each call of its two functions noted."""
+    calls: list[str] = []
+    h = _hasher()
+    monkeypatch.setattr(sha, "_hashers", [sha.Hasher(lambda *a: calls.append("bulk") or h.bulk(*a),
+                                                     lambda *a: calls.append("tree") or h.tree(*a), h.leaves)])
+    return calls
+
+
+def test_stacked_runs_commit_their_items_through_it(monkeypatch):
+    """A batch of digits images: one compiled call commits every item's stacked tensors, one folds
+    every item's trace tree; every result is the one-by-one run's, uncompiled."""
+    model = generate.load_fixture_model("digits")
+    images = generate.load_fixture_inputs("digits")[:40]
+    native.turn_off(model.program)
+    want = [model.run({"data": x}, trace=True) for x in images]
+    calls = spied_hasher(monkeypatch)
+    got = model.run_batch([{"data": x} for x in images], trace=True)
+    assert calls == ["bulk", "tree"]
+    assert [(g.trace, g.output_hash, g.output_commitments) for g in got] == \
+        [(w.trace, w.output_hash, w.output_commitments) for w in want]
+    assert all(np.array_equal(g.outputs[0], w.outputs[0]) for g, w in zip(got, want))
+
+
+@settings(max_examples=60, deadline=None)
+@given(chains(), st.integers(2, 4), st.integers(0, 2**32 - 1))
+def test_random_models_batched_through_it(case, count, seed):
+    """Random models, some with multi-chunk tensors: each item of a stacked run committed through the
+    compiled hasher is its one-by-one traced run through hashlib."""
+    model, x = case
+    rng = np.random.default_rng(seed)
+    feeds = [{"x": x}] + [{"x": rng.integers(-127, 128, size=x.shape, dtype=np.int64).astype(np.int32)}
+                         for _ in range(count - 1)]
+    _hasher()
+    got = model.run_batch(feeds, trace=True)
+    native.turn_off(model.program)
+    with monkeypatch_hashers([]):
+        want = [model.run(f, trace=True) for f in feeds]
+    assert [(g.trace, g.output_hash) for g in got] == [(w.trace, w.output_hash) for w in want]
+
+
+class monkeypatch_hashers:
+    """``sha._hashers`` set for a block (hypothesis tests cannot take pytest's monkeypatch)."""
+
+    def __init__(self, value: list) -> None:
+        self.value = value
+
+    def __enter__(self) -> None:
+        self.saved, sha._hashers = sha._hashers, self.value
+
+    def __exit__(self, *exc) -> None:
+        sha._hashers = self.saved
+
+
+def test_a_process_compiles_it_after_enough_items(monkeypatch):
+    """Stacked runs use hashlib until this process's stacked runs have committed HASH_WARM_ITEMS items,
+    then the compiled hasher; the results are the same."""
+    from cvmvm.vm import batching
+    model = generate.load_fixture_model("digits")
+    feeds = [{"data": x} for x in generate.load_fixture_inputs("digits")[:8]]
+    monkeypatch.setattr(sha, "_hashers", [])
+    monkeypatch.setattr(batching, "HASH_WARM_ITEMS", 16)
+    monkeypatch.setattr(batching, "_committed", [0])
+    first = model.run_batch(feeds, trace=True)
+    second = model.run_batch(feeds, trace=True)
+    assert sha._hashers == [] and batching._committed == [16]
+    third = model.run_batch(feeds, trace=True)   # 16 items committed before it: compiled first
+    assert sha._hashers and sha._hashers[0] is not None
+    assert [r.trace for r in first] == [r.trace for r in second] == [r.trace for r in third]
+
+
+def test_a_replayer_asked_to_compiles_it_first(monkeypatch):
+    from cvmvm.tx.replay import Replayer
+    monkeypatch.setattr(sha, "_hashers", [])
+    Replayer(lambda h: None)
+    assert sha._hashers == []
+    Replayer(lambda h: None, compile=True)
+    assert sha._hashers and sha._hashers[0] is not None
+
+
+def test_a_stacked_run_that_saw_not_every_tensor(monkeypatch):
+    """A stacked run whose observer missed a tensor commits nothing from a half-written buffer: its
+    items run one at a time instead, with the same results."""
+    from cvmvm.vm import batching
+    model = generate.load_fixture_model("digits")
+    feeds = [{"data": x} for x in generate.load_fixture_inputs("digits")[:4]]
+    want = [r.trace for r in model.run_batch(feeds, trace=True)]
+    real = batching.execute
+
+    def blind(program, inputs, observe):   # never shows the observer the last instruction's output
+        last = program.steps[-1].outputs[0]
+        return real(program, inputs, lambda t, v: None if t == last else observe(t, v))
+
+    _hasher()
+    monkeypatch.setattr(batching, "execute", blind)
+    big = model._batch._stacked[4]
+    with pytest.raises(InternalError) as e:
+        batching._run_stacked(model, model._batch.plan, big, [np.concatenate([f["data"] for f in feeds])], 4,
+                              False, batching.RowBodies(model.program, model._batch.plan))
+    assert e.value.code == "internal.hash"
+    monkeypatch.setattr(batching, "execute", real)
+    assert [r.trace for r in model.run_batch(feeds, trace=True)] == want
 
 
 # -- when the loop does not take a program ----------------------------------------------

@@ -207,7 +207,8 @@ def test_mixed_models_workers_and_batch_sizes_give_one_answer(store):
     reference = schedule.replay(txs, store, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (40, 40) and [o.index for o in reference] == list(range(40))
     assert reference[5].fields == ("ops",) and sum(o.status == "ok" for o in reference) == 39
-    for kw in ({"batch_size": 1}, {"batch_size": 7}, {"workers": 2, "batch_size": 3}):
+    for kw in ({"batch_size": 1}, {"batch_size": 7}, {"workers": 2, "batch_size": 3},
+               {"batch_size": 7, "compile": True}):   # the compiled hasher, where numba is installed
         assert schedule.replay(txs, store, **kw) == reference
 
 
@@ -281,6 +282,7 @@ def test_tx_demo_500_end_to_end(capsys, tmp_path):
     assert [m["transactions"] for m in info["summary"]["model_errors"]] == [unknown]
     code2, info2 = cli_json(capsys, [*args, "--workers", "2", "--batch", "100"])
     assert (code2, info2) == (code, info)
+    assert cli_json(capsys, [*args, "--workers", "2", "--batch", "100", "--compile"]) == (code, info)
     # Deterministic: generating again gives the same bytes.
     again = tmp_path / "again"
     cli_json(capsys, ["tx", "demo", "500", str(again)])

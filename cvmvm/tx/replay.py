@@ -33,6 +33,7 @@ from isa.types import DTYPES, INT32, precision_bound
 from serializer.records import transactions
 from serializer.records.receipt import Receipt
 from serializer.records.transactions import TxInput
+from serializer import sha
 from cvmvm.vm.api import Model
 from cvmvm.vm.batching import Batch, TracedRun
 from cvmvm.vm.blas import one_thread as one_blas_thread
@@ -90,10 +91,15 @@ def _check_inputs(expected: Sequence[tuple[str, str, tuple[int, ...]]], given: t
 
 class Replayer:
     """Replays chunks of records; caches each model's batched runner (and a model that
-    failed to load, which then fails again at once)."""
+    failed to load, which then fails again at once).  With ``compile``, compiles the hasher
+    first (serializer.sha: some 2.5 s with the ``speed`` extra, nothing without it), which
+    a process otherwise does after cvmvm.vm.batching.HASH_WARM_ITEMS transactions: a long
+    replay's workers save the wait."""
 
     def __init__(self, fetch: Callable[[bytes], Model], batch_size: int = DEFAULT_BATCH,
-                 signer: bytes | None = None) -> None:
+                 signer: bytes | None = None, compile: bool = False) -> None:
+        if compile:
+            sha.hasher()
         self.fetch = fetch
         self.batch_size = batch_size
         self.signer = signer

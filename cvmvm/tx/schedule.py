@@ -47,6 +47,7 @@ class Options:
     batch_size: int = DEFAULT_BATCH   # most transactions in one batched run
     signer: bytes | None = None       # every receipt must be signed by this key
     limits: Limits = Limits()         # every model is verified under these (memory, work, ops)
+    compile: bool = False             # each worker compiles the hasher first (Replayer's ``compile``)
 
 
 # -- executors: run chunks, give back completed ones ----------------------------------
@@ -57,7 +58,8 @@ class Local:
     parallel = 1
 
     def __init__(self, store: Store, opts: Options) -> None:
-        self.replayer = Replayer(functools.partial(store.get, limits=opts.limits), opts.batch_size, opts.signer)
+        self.replayer = Replayer(functools.partial(store.get, limits=opts.limits), opts.batch_size, opts.signer,
+                                 opts.compile)
         self.done: list[list[Outcome]] = []
 
     @property
@@ -81,10 +83,10 @@ class Local:
 _worker: Replayer | None = None
 
 
-def _worker_init(store_root: str, batch_size: int, signer: bytes | None, limits: Limits) -> None:
+def _worker_init(store_root: str, batch_size: int, signer: bytes | None, limits: Limits, compile: bool) -> None:
     global _worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it ends the pool
-    _worker = Replayer(functools.partial(Store(store_root).get, limits=limits), batch_size, signer)
+    _worker = Replayer(functools.partial(Store(store_root).get, limits=limits), batch_size, signer, compile)
 
 
 def _worker_chunk(model: bytes, items: list[Item]) -> list[tuple[Any, ...]]:
@@ -108,7 +110,8 @@ class Pool:
             context.set_forkserver_preload(["cvmvm.tx.schedule"])
         self.parallel = opts.workers
         self.pool = ProcessPoolExecutor(opts.workers, mp_context=context, initializer=_worker_init,
-                                        initargs=(str(store.root), opts.batch_size, opts.signer, opts.limits))
+                                        initargs=(str(store.root), opts.batch_size, opts.signer, opts.limits,
+                                                  opts.compile))
         self.results: queue.SimpleQueue[Future[list[tuple[Any, ...]]]] = queue.SimpleQueue()
         self.inflight = 0
 
@@ -150,10 +153,10 @@ def _ray_fetch(model_hash: bytes, limits: Limits) -> Model:
 
 
 def _ray_chunk(model_bytes: bytes, model: bytes, items: list[Item], batch_size: int,
-               signer: bytes | None, limits: Limits) -> list[tuple[Any, ...]]:
+               signer: bytes | None, limits: Limits, compile: bool) -> list[tuple[Any, ...]]:
     key = (batch_size, signer, limits)
     if key not in _ray_replayers:
-        _ray_replayers[key] = Replayer(functools.partial(_ray_fetch, limits=limits), batch_size, signer)
+        _ray_replayers[key] = Replayer(functools.partial(_ray_fetch, limits=limits), batch_size, signer, compile)
     replayer = _ray_replayers[key]
     if not replayer.loaded(model):
         _ray_models[model] = bytes(model_bytes)
@@ -207,7 +210,7 @@ class Ray:
             self.failed.append([failed(i, o, hashlib.sha256(b).digest(), ref, model) for i, o, b in items])
             return
         self.futures.append(self.remote.remote(ref, model, items, self.opts.batch_size, self.opts.signer,
-                                               self.opts.limits))
+                                               self.opts.limits, self.opts.compile))
 
     def collect(self, block: bool) -> list[list[Outcome]]:
         done, self.failed = self.failed, []
@@ -406,10 +409,11 @@ def replay_file(path: str | os.PathLike[str], store: Store, opts: Options = Opti
 
 def replay(txs: Sequence[transactions.Transaction], store: Store, *, workers: int = 1, use_ray: bool = False,
            batch_size: int = DEFAULT_BATCH, signer: bytes | None = None,
-           progress: Callable[[int, int], None] | None = None, limits: Limits = Limits()) -> list[Outcome]:
+           progress: Callable[[int, int], None] | None = None, limits: Limits = Limits(),
+           compile: bool = False) -> list[Outcome]:
     """Replay transactions held in memory; one Outcome each, in order (tools and tests)."""
     data = transactions.encode_txs(txs)
-    opts = Options(workers, "" if use_ray else None, batch_size, signer, limits)
+    opts = Options(workers, "" if use_ray else None, batch_size, signer, limits, compile)
     out: list[Outcome] = []
     for burst in replay_records(transactions.iter_records(io.BytesIO(data), "transactions"), store, opts,
                                 total=len(txs)):

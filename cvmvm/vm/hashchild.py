@@ -1,13 +1,18 @@
 """The hashing process of cvmvm.vm.hashworker: run by its path, never imported.
 
 It needs serializer.hashing and the standard library, not the cvmvm package
-(whose import would load the whole VM).  Arguments: the directory that holds
+(whose import would load the whole VM); with numba installed (the ``speed``
+extra) it compiles serializer.sha's hasher before it says it is ready, some
+2.5 s during which the parent hashes its blocks itself, and then hashes each
+block in one compiled call at OpenSSL's rate (perf's 29 MiB in 17 ms against
+hashlib's 24, a call per 4 KiB chunk): the same roots.  Arguments: the directory that holds
 the ``serializer`` package, the descriptor of the shared buffer, its size.
 
 Requests on stdin, 16 bytes each: u64le offset, u32le length, u32le chunk
 size, naming bytes of the shared buffer the parent wrote; the reply on stdout
 is the root of their chunk tree (serializer.hashing), 32 bytes, in request
-order.  One byte b"R" first, once the imports are done.  End of stdin ends it.
+order.  One byte first, once the imports are done: b"C" when it hashes through
+the compiled hasher, else b"R".  End of stdin ends it.
 """
 
 import mmap
@@ -16,6 +21,8 @@ import select
 import signal
 import struct
 import sys
+
+import numpy as np
 
 FLUSH_BYTES = 1 << 20
 
@@ -26,11 +33,14 @@ def main() -> None:
     root, fd, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     sys.path.insert(0, root)
     from serializer.hashing import blocks_root
+    from serializer.sha import hasher
 
+    fast = hasher()
     ring = memoryview(mmap.mmap(fd, size))
+    array = np.frombuffer(ring, dtype=np.uint8)
     stdin = sys.stdin.fileno()   # read unbuffered: select then sees every request not yet read
     out = sys.stdout.buffer
-    out.write(b"R")
+    out.write(b"R" if fast is None else b"C")
     out.flush()
     request = struct.Struct("<QII")
     unsent = 0   # bytes hashed since the last answers went out
@@ -45,7 +55,10 @@ def main() -> None:
         if len(data) != request.size:
             return
         offset, length, chunk = request.unpack(data)
-        out.write(blocks_root(ring[offset:offset + length], chunk))
+        if fast is None:
+            out.write(blocks_root(ring[offset:offset + length], chunk))
+        else:
+            out.write(fast.blocks_root(array[offset:offset + length], chunk))
         unsent += length
 
 

@@ -7,7 +7,10 @@ numpy calls hold it: on a 2-core machine both slowed down, and a traced perf run
 took longer with two hashing threads (45 ms) than hashing inline (34 ms).  A
 process has its own interpreter: the executor copies each large body into a
 buffer both processes map, names its blocks on a pipe, and goes on; the
-process sends back each block's root (perf traced: 23 ms).
+process sends back each block's root (perf traced: 23 ms).  With numba (the
+``speed`` extra) the process compiles serializer.sha's hasher before it says it
+is ready and hashes each block in one call from compiled code, at OpenSSL's
+rate instead of a hashlib call per chunk (``HashWorker.compiled``).
 
 Only timing depends on it: a block root is ``serializer.hashing.blocks_root`` of
 the same bytes in either process, and every block the process cannot answer
@@ -80,6 +83,7 @@ class HashWorker:
         self.ready = threading.Event()
         self.broken = False
         self.answered = 0                          # blocks whose roots the process sent
+        self.compiled = False                      # it hashes through serializer.sha's compiled hasher
         self._file = _shared_file(ring_bytes)
         self._ring = mmap.mmap(self._file.fileno(), ring_bytes)
         self.array = np.frombuffer(self._ring, dtype=np.uint8)
@@ -90,7 +94,9 @@ class HashWorker:
         threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="cvmvm-hash-reader").start()
 
     def _read(self, stdout: IO[bytes]) -> None:
-        if stdout.read(1) == b"R":
+        first = stdout.read(1)
+        if first in (b"R", b"C"):
+            self.compiled = first == b"C"
             self.ready.set()
             while True:
                 root = stdout.read(32)

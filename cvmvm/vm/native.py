@@ -33,7 +33,8 @@ import numpy as np
 
 from isa.errors import InternalError
 from isa.types import INT32, MAX_RANK, TensorType, precision_bound
-from serializer.hashing import INNER, LEAF, BulkCommitter, BulkPlan, channel_last, lane_width, tree_root
+from serializer.hashing import channel_last, lane_width
+from serializer.sha import compile_function, hasher
 from cvmvm.vm.verify import Program
 
 # A program runs here from its WARM_RUNS-th run in a process on, or once Model.compile asks.
@@ -275,25 +276,7 @@ def loop() -> Loop | None:
 
 
 def _compile() -> Loop | None:
-    return _compile_function(_loop, "int64(int64[:, ::1], int32[::1])")
-
-
-def _compile_function(function: Callable[..., int], signature: str) -> Callable[..., int] | None:
-    """``function`` compiled by numba for ``signature`` (the only argument types it is given), now
-    rather than on a first call inside a run; None without numba, with its JIT disabled, or where
-    it cannot compile."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    # numba's config module sets its attributes from the environment at import.
-    if getattr(numba.config, "DISABLE_JIT", False):
-        return None
-    try:
-        compiled: Callable[..., int] = numba.njit(signature, nogil=True)(function)
-    except Exception:   # numba's errors have no common base; any of them means none here
-        return None
-    return compiled
+    return compile_function(_loop, "int64(int64[:, ::1], int32[::1])")
 
 
 def native_bytes(layout: NativeProgram) -> int:
@@ -422,144 +405,5 @@ def lane_writer() -> Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None:
     if not _lane_writers:
         with _lock:
             if not _lane_writers:
-                _lane_writers.append(_compile_function(_write_lanes, "int64(int32[::1], int64[:, ::1], uint8[::1])"))
+                _lane_writers.append(compile_function(_write_lanes, "int64(int32[::1], int64[:, ::1], uint8[::1])"))
     return _lane_writers[0]
-
-
-# -- hashing a compiled program's small tensors ------------------------------------------------
-#
-# A traced digits call makes some 130 SHA-256 calls of a few hundred bytes, and through hashlib
-# each costs about 0.4 us, nearly all of it the call.  With the loop compiled, the same calls go
-# from one compiled function to libcrypto, the OpenSSL library hashlib itself uses, through
-# SHA256_Init/Update/Final.  Only where every known answer below matches hashlib's.
-
-class Hasher(NamedTuple):
-    """SHA-256 through libcrypto, compiled: every commitment of a BulkCommitter's bodies, and a
-    tree root (serializer.hashing's, byte for byte)."""
-
-    bulk: Callable[..., int]
-    tree: Callable[..., int]
-
-    def commit(self, plan: BulkPlan, buffer: np.ndarray) -> list[bytes]:
-        """``BulkCommitter.commit`` of the bodies in ``buffer``."""
-        nodes = np.empty(32 * (len(plan.chunks) + len(plan.pairs)), dtype=np.uint8)
-        out = np.empty(32 * len(plan.roots), dtype=np.uint8)
-        if self.bulk(buffer, plan.chunks, plan.pairs, plan.roots, plan.prefixes, plan.spans, nodes, out,
-                     np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
-            raise InternalError("hash", "libcrypto's SHA-256 failed")
-        raw = out.tobytes()
-        return [raw[i:i + 32] for i in range(0, len(raw), 32)]
-
-    def tree_root(self, leaves: Sequence[bytes]) -> bytes:
-        """``serializer.hashing.tree_root``."""
-        level = np.frombuffer(b"".join(leaves), dtype=np.uint8).copy()
-        if len(leaves) < 1 or level.size != 32 * len(leaves):
-            raise InternalError("hash", "a tree's leaves are 32 bytes each, and at least one")
-        if self.tree(level, len(leaves), np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
-            raise InternalError("hash", "libcrypto's SHA-256 failed")
-        return level[:32].tobytes()
-
-
-_CTX_BYTES = 256   # SHA256_CTX is 112 bytes; room to spare
-_hashers: list[Hasher | None] = []
-
-
-def hasher() -> Hasher | None:
-    """The compiled hasher, compiled on first use; None without numba or libcrypto's SHA-256, or
-    where its answers are not hashlib's."""
-    if not _hashers:
-        with _lock:
-            if not _hashers:
-                _hashers.append(_compile_hasher())
-    return _hashers[0]
-
-
-def _libcrypto() -> tuple[Any, Any, Any] | None:
-    """SHA256_Init, SHA256_Update and SHA256_Final of the libcrypto hashlib itself loaded, typed for
-    ctypes; None where that library cannot be named (only Linux lists a process's libraries, in
-    /proc/self/maps: loading another one by name can abort a process, as macOS's stub does) or
-    does not export them."""
-    import ctypes
-    import hashlib   # noqa: F401  (its _hashlib loads libcrypto)
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            paths = {line.split()[-1] for line in f if "/libcrypto" in line}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-            init, update, final = lib.SHA256_Init, lib.SHA256_Update, lib.SHA256_Final
-        except (OSError, AttributeError):
-            continue
-        void, size, status = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
-        init.argtypes, init.restype = [void], status
-        update.argtypes, update.restype = [void, void, size], status
-        final.argtypes, final.restype = [void, void], status
-        return init, update, final
-    return None
-
-
-def _compile_hasher() -> Hasher | None:
-    functions = _libcrypto()
-    if functions is None:
-        return None
-    init, update, final = functions
-    leaf, inner = np.frombuffer(LEAF, dtype=np.uint8).copy(), np.frombuffer(INNER, dtype=np.uint8).copy()
-
-    def bulk(buffer: np.ndarray, chunks: np.ndarray, pairs: np.ndarray, roots: np.ndarray, prefixes: np.ndarray,
-             spans: np.ndarray, nodes: np.ndarray, out: np.ndarray, ctx: np.ndarray) -> int:
-        c, b, n, o = ctx.ctypes.data, buffer.ctypes.data, nodes.ctypes.data, out.ctypes.data
-        ok = 1
-        for i in range(chunks.shape[0]):
-            ok &= init(c) & update(c, leaf.ctypes.data, leaf.size)
-            ok &= update(c, b + np.uint64(chunks[i, 0]), chunks[i, 1] - chunks[i, 0])
-            ok &= final(n + np.uint64(32 * i), c)
-        first = chunks.shape[0]
-        for j in range(pairs.shape[0]):
-            ok &= init(c) & update(c, inner.ctypes.data, inner.size)
-            ok &= update(c, n + np.uint64(32 * pairs[j, 0]), 32) & update(c, n + np.uint64(32 * pairs[j, 1]), 32)
-            ok &= final(n + np.uint64(32 * (first + j)), c)
-        for k in range(roots.shape[0]):
-            ok &= init(c) & update(c, prefixes.ctypes.data + np.uint64(spans[k]), spans[k + 1] - spans[k])
-            ok &= update(c, n + np.uint64(32 * roots[k]), 32) & final(o + np.uint64(32 * k), c)
-        return 0 if ok == 1 else -1
-
-    def tree(level: np.ndarray, count: int, ctx: np.ndarray) -> int:
-        # Level by level in place: node i of the next level is written after nodes 2i and 2i+1
-        # of this one were read, and no later pair reads below 2i + 2.
-        c, p = ctx.ctypes.data, level.ctypes.data
-        ok = 1
-        while count > 1:
-            for i in range(count // 2):
-                ok &= init(c) & update(c, inner.ctypes.data, inner.size)
-                ok &= update(c, p + np.uint64(64 * i), 64) & final(p + np.uint64(32 * i), c)
-            if count % 2:
-                level[32 * (count // 2):32 * (count // 2) + 32] = level[32 * (count - 1):32 * count]
-            count = (count + 1) // 2
-        return 0 if ok == 1 else -1
-
-    compiled_bulk = _compile_function(bulk, "int64(uint8[::1], int64[:, ::1], int64[:, ::1], int64[::1], uint8[::1], "
-                                            "int64[::1], uint8[::1], uint8[::1], uint8[::1])")
-    compiled_tree = _compile_function(tree, "int64(uint8[::1], int64, uint8[::1])")
-    if compiled_bulk is None or compiled_tree is None:
-        return None
-    compiled = Hasher(compiled_bulk, compiled_tree)
-    return compiled if _known_answers(compiled) else None
-
-
-def _known_answers(h: Hasher) -> bool:
-    """The compiled hasher against hashlib (serializer.hashing) on trees of 1 to 9 leaves and on
-    tensors of every lane width, one chunk and several."""
-    rng = np.random.default_rng(20261128)
-    for count in range(1, 10):
-        leaves = [rng.bytes(32) for _ in range(count)]
-        if h.tree_root(leaves) != tree_root(leaves):
-            return False
-    types = [TensorType((3,), 8), TensorType((2, 70), 16), TensorType((1, 4, 5, 6), 21), TensorType((300,), 32)]
-    bulk = BulkCommitter(types)
-    bodies = bulk.bodies()
-    for dest, t in zip(bodies.dests, types):
-        bound = precision_bound(cast(int, t.precision))
-        np.copyto(dest, rng.integers(-bound, bound + 1, size=t.shape, dtype=np.int64), casting="unsafe")
-    return h.commit(bulk.plan, bodies.buffer) == bulk.commit(bodies)

@@ -31,6 +31,7 @@ from isa.types import TensorType
 from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, Bodies, BulkCommitter, Committer, TraceEntry,
                                 audit_path, body_length, input_commitment, leaf_hash, program_root, trace_root,
                                 tree_levels, tree_root)
+from serializer import sha
 from serializer.records.program import head_record, input_record, instr_record, param_record
 from serializer.records.trace import entry_to_json, trace_doc
 from cvmvm.vm import blas, hashworker, native
@@ -212,7 +213,7 @@ def make_trace(program: Program, commitments: Sequence[bytes | None], root: byte
     known = cast("tuple[bytes, ...]", tuple(commitments))
     inputs = input_commitment(known[:layout.counts[0]])
     if root is None:
-        fast = native.hasher() if program.runtime.get("native") else None
+        fast = sha.hasher() if program.runtime.get("native") else None
         tree = tree_root(known) if fast is None else fast.tree_root(known)
         root = trace_root(layout.root, inputs, len(known), tree)
     return Trace(known, inputs, root, program)
@@ -300,7 +301,7 @@ class Tracer:
     def commitments(self) -> list[bytes]:
         """Every tensor's commitment, by tensor id (waits for the hashing process)."""
         if self._bodies is not None:
-            fast = native.hasher() if self.program.runtime.get("native") else None
+            fast = sha.hasher() if self.program.runtime.get("native") else None
             bodies = self._bodies[1]
             small = self.layout.bulk.commit(bodies) if fast is None else fast.commit(self.layout.bulk.plan, bodies.buffer)
             written = set(self._written)
