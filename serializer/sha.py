@@ -55,16 +55,19 @@ class Hasher(NamedTuple):
 
     def commit(self, plan: BulkPlan, buffer: np.ndarray) -> list[bytes]:
         """``BulkCommitter.commit`` of the bodies in ``buffer``."""
-        raw = self.commit_rows(plan, buffer, 0, 1).tobytes()
+        raw = self._commit(plan, buffer, 0, 1).tobytes()   # a traced call's hot path: no more arrays than this
         return [raw[i:i + 32] for i in range(0, len(raw), 32)]
 
     def commit_rows(self, plan: BulkPlan, buffer: np.ndarray, size: int, count: int) -> np.ndarray:
         """The commitments of ``count`` items' bodies, item i's laid out as one item's plan says but
         ``i * size`` bytes on (``BulkCommitter.row_dests``): shape (count, tensors, 32), uint8."""
+        return self._commit(plan, buffer, size, count).reshape(count, len(plan.roots), 32)
+
+    def _commit(self, plan: BulkPlan, buffer: np.ndarray, size: int, count: int) -> np.ndarray:
         nodes = np.empty(32 * (len(plan.chunks) + len(plan.pairs)), dtype=np.uint8)
-        out = np.empty((count, len(plan.roots), 32), dtype=np.uint8)
+        out = np.empty(32 * count * len(plan.roots), dtype=np.uint8)
         if self.bulk(buffer, size, count, plan.chunks, plan.pairs, plan.roots, plan.prefixes, plan.spans, nodes,
-                     out.reshape(-1), np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
+                     out, np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
             raise InternalError("hash", "libcrypto's SHA-256 failed")
         return out
 
@@ -73,7 +76,10 @@ class Hasher(NamedTuple):
         level = np.frombuffer(b"".join(leaves), dtype=np.uint8).copy()
         if len(leaves) < 1 or level.size != 32 * len(leaves):
             raise InternalError("hash", "a tree's leaves are 32 bytes each, and at least one")
-        return bytes(self.tree_roots(level.reshape(1, len(leaves), 32))[0])
+        # Straight to the compiled fold (a traced call's hot path), as tree_roots of one tree.
+        if self.tree(level, 1, len(leaves), np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
+            raise InternalError("hash", "libcrypto's SHA-256 failed")
+        return level[:32].tobytes()
 
     def tree_roots(self, levels: np.ndarray) -> np.ndarray:
         """``tree_root`` of each row of ``levels`` (uint8, shape (trees, leaves, 32), C order, at
