@@ -32,7 +32,7 @@ def compile_function(function: Callable[..., int], signature: str) -> Callable[.
     it cannot compile."""
     try:
         import numba
-    except ImportError:
+    except Exception:   # not installed, or installed and broken (or out of memory): no compiled code either way
         return None
     # numba's config module sets its attributes from the environment at import.
     if getattr(numba.config, "DISABLE_JIT", False):

@@ -633,6 +633,20 @@ def test_numba_that_cannot_compile_the_loop(monkeypatch):
     assert native._compile() is None
 
 
+def test_numba_that_breaks_on_import(monkeypatch):
+    """An installed numba whose import fails (broken, or out of memory under a bound) means no
+    compiled code, never an error of the run."""
+    import builtins
+    real = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name == "numba":
+            raise RuntimeError("numba's import failed")
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", broken)
+    assert native._compile() is None and sha._compile_hasher() is None
+
+
 def test_numba_with_its_jit_disabled(monkeypatch):
     import numba
     monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
