@@ -17,13 +17,27 @@ compiled in each process, never cached on disk: numba's cache is pickles.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, NamedTuple, Sequence, cast
+from typing import Any, Callable, NamedTuple, Sequence, TypeVar, cast
 
 import numpy as np
 
 from isa.errors import InternalError
 from isa.types import TensorType, precision_bound
 from serializer.hashing import INNER, LEAF, BulkCommitter, BulkPlan, blocks_root, tree_root
+
+
+T = TypeVar("T")
+_lock = threading.RLock()   # a compilation that asks for another compiled piece takes it again
+
+
+def compile_once(cache: list[T], make: Callable[[], T]) -> T:
+    """``make()``'s result, made on the first call for this ``cache`` (an empty list, then holding
+    it) by one thread while any other waits: each compiled piece is compiled once per process."""
+    if not cache:
+        with _lock:
+            if not cache:
+                cache.append(make())
+    return cache[0]
 
 
 def compile_function(function: Callable[..., int], signature: str) -> Callable[..., int] | None:
@@ -106,17 +120,12 @@ class Hasher(NamedTuple):
 
 _CTX_BYTES = 256   # SHA256_CTX is 112 bytes; room to spare
 _hashers: list[Hasher | None] = []
-_lock = threading.Lock()
 
 
 def hasher() -> Hasher | None:
     """The compiled hasher, compiled on first use (some 2.5 s, once per process); None without
     numba or libcrypto's SHA-256, or where its answers are not hashlib's."""
-    if not _hashers:
-        with _lock:
-            if not _hashers:
-                _hashers.append(_compile_hasher())
-    return _hashers[0]
+    return compile_once(_hashers, _compile_hasher)
 
 
 def compiled_hasher() -> Hasher | None:

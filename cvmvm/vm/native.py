@@ -25,7 +25,6 @@ numba's cache is pickles.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence, cast
 
@@ -34,7 +33,7 @@ import numpy as np
 from isa.errors import InternalError
 from isa.types import INT32, MAX_RANK, TensorType, precision_bound
 from serializer.hashing import channel_last, lane_width
-from serializer.sha import compile_function, hasher
+from serializer.sha import compile_function, compile_once, hasher
 from cvmvm.vm.verify import Program
 
 # A program runs here from its WARM_RUNS-th run in a process on, or once Model.compile asks.
@@ -261,18 +260,13 @@ Loop = Callable[[np.ndarray, np.ndarray], int]
 Ready = tuple[NativeProgram, Loop]
 
 _compiled: list[Loop | None] = []   # empty until numba was looked for: then the loop, or None
-_lock = threading.Lock()
 
 
 def loop() -> Loop | None:
     """The compiled loop, compiled on first use; None without numba, with its JIT disabled (the
     loop would run as Python), or where it cannot compile the loop: the kernels then run one by
     one, which changes timing only."""
-    if not _compiled:
-        with _lock:
-            if not _compiled:
-                _compiled.append(_compile())
-    return _compiled[0]
+    return compile_once(_compiled, _compile)
 
 
 def _compile() -> Loop | None:
@@ -402,8 +396,5 @@ _lane_writers: list[Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None] 
 
 def lane_writer() -> Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None:
     """``_write_lanes`` compiled, on first use; None where the loop is not to be had."""
-    if not _lane_writers:
-        with _lock:
-            if not _lane_writers:
-                _lane_writers.append(compile_function(_write_lanes, "int64(int32[::1], int64[:, ::1], uint8[::1])"))
-    return _lane_writers[0]
+    return compile_once(_lane_writers,
+                        lambda: compile_function(_write_lanes, "int64(int32[::1], int64[:, ::1], uint8[::1])"))
