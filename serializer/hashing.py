@@ -554,16 +554,32 @@ def model_hash(program_root_: bytes, canonical: bytes) -> bytes:
 
 # -- runs --------------------------------------------------------------------------------------------
 
+# A run's three digests, each SHA-256 of a fixed head and then 32-byte digests (and, in the trace
+# root, a count): the heads are functions so that compiled code (serializer.sha) hashes the same bytes.
+
+def inputs_head(count: int) -> bytes:
+    return INPUTS_TAG + struct.pack("<I", count)
+
+
+def outputs_head(count: int) -> bytes:
+    return OUTPUTS_TAG + struct.pack("<I", count)
+
+
+def trace_head(program_root_: bytes) -> bytes:
+    return TRACE_TAG + program_root_
+
+
 def input_commitment(commitments: Sequence[bytes]) -> bytes:
-    return hashlib.sha256(INPUTS_TAG + struct.pack("<I", len(commitments)) + b"".join(commitments)).digest()
+    return hashlib.sha256(inputs_head(len(commitments)) + b"".join(commitments)).digest()
 
 
 def trace_root(program_root_: bytes, inputs: bytes, count: int, tree: bytes) -> bytes:
-    return hashlib.sha256(TRACE_TAG + program_root_ + inputs + struct.pack("<I", count) + tree).digest()
+    """SHA-256(trace head || input commitment || u32le tensors || trace tree root)."""
+    return hashlib.sha256(trace_head(program_root_) + inputs + struct.pack("<I", count) + tree).digest()
 
 
 def outputs_hash(commitments: Sequence[bytes]) -> bytes:
-    return hashlib.sha256(OUTPUTS_TAG + struct.pack("<I", len(commitments)) + b"".join(commitments)).digest()
+    return hashlib.sha256(outputs_head(len(commitments)) + b"".join(commitments)).digest()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ compiled in each process, never cached on disk: numba's cache is pickles.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Any, Callable, NamedTuple, Sequence, TypeVar, cast
 
@@ -66,6 +67,7 @@ class Hasher(NamedTuple):
     bulk: Callable[..., int]
     tree: Callable[..., int]
     leaves: Callable[..., int]
+    gathered: Callable[..., int]
 
     def commit(self, plan: BulkPlan, buffer: np.ndarray) -> list[bytes]:
         """``BulkCommitter.commit`` of the bodies in ``buffer``."""
@@ -104,6 +106,22 @@ class Hasher(NamedTuple):
         if self.tree(levels.reshape(-1), count, leaves, np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
             raise InternalError("hash", "libcrypto's SHA-256 failed")
         return levels[:, 0, :]
+
+    def gather(self, rows: np.ndarray, segments: np.ndarray, head: bytes) -> np.ndarray:
+        """For each row of ``rows`` (uint8, shape (count, width), C order), SHA-256 of ``head`` and
+        then the row's bytes at ``segments`` (int64 (start, length) pairs within a row), in order:
+        shape (count, 32).  A batch's input commitments, output hashes and trace roots, one call each."""
+        count, width = rows.shape
+        if rows.dtype != np.uint8 or not rows.flags.c_contiguous or segments.dtype != np.int64 \
+                or segments.ndim != 2 or segments.shape[1] != 2 \
+                or not all(0 <= start and 0 <= length and start + length <= width for start, length in segments.tolist()):
+            raise InternalError("hash", "rows of bytes in C order, and (start, length) segments within a row")
+        out = np.empty((count, 32), dtype=np.uint8)
+        if self.gathered(rows.reshape(-1), width, count, np.ascontiguousarray(segments),
+                         np.frombuffer(head, dtype=np.uint8).copy(), out.reshape(-1),
+                         np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
+            raise InternalError("hash", "libcrypto's SHA-256 failed")
+        return out
 
     def blocks_root(self, body: np.ndarray, size: int) -> bytes:
         """``serializer.hashing.blocks_root`` of ``body`` (uint8, one dimension, contiguous, not empty)
@@ -215,13 +233,27 @@ def _compile_hasher() -> Hasher | None:
             ok &= update(c, b + np.uint64(start), min(size, body.size - start)) & final(n + np.uint64(32 * i), c)
         return 0 if ok == 1 else -1
 
+    def gathered(rows: np.ndarray, width: int, count: int, segments: np.ndarray, head: np.ndarray, out: np.ndarray,
+                 ctx: np.ndarray) -> int:
+        c = ctx.ctypes.data
+        ok = 1
+        for item in range(count):
+            r = rows.ctypes.data + np.uint64(item * width)
+            ok &= init(c) & update(c, head.ctypes.data, head.size)
+            for j in range(segments.shape[0]):
+                ok &= update(c, r + np.uint64(segments[j, 0]), segments[j, 1])
+            ok &= final(out.ctypes.data + np.uint64(32 * item), c)
+        return 0 if ok == 1 else -1
+
     compiled_bulk = compile_function(bulk, "int64(uint8[::1], int64, int64, int64[:, ::1], int64[:, ::1], int64[::1], "
                                             "uint8[::1], int64[::1], uint8[::1], uint8[::1], uint8[::1])")
     compiled_tree = compile_function(tree, "int64(uint8[::1], int64, int64, uint8[::1])")
     compiled_leaves = compile_function(leaves, "int64(uint8[::1], int64, uint8[::1], uint8[::1])")
-    if compiled_bulk is None or compiled_tree is None or compiled_leaves is None:
+    compiled_gathered = compile_function(gathered, "int64(uint8[::1], int64, int64, int64[:, ::1], uint8[::1], "
+                                                   "uint8[::1], uint8[::1])")
+    if compiled_bulk is None or compiled_tree is None or compiled_leaves is None or compiled_gathered is None:
         return None
-    compiled = Hasher(compiled_bulk, compiled_tree, compiled_leaves)
+    compiled = Hasher(compiled_bulk, compiled_tree, compiled_leaves, compiled_gathered)
     return compiled if _known_answers(compiled) else None
 
 
@@ -257,4 +289,9 @@ def _known_answers(h: Hasher) -> bool:
     for dest, k in zip(bulk.row_dests(rows, 3), range(len(types))):
         np.copyto(dest, np.stack([b.dests[k] for b in items]))
     got = h.commit_rows(bulk.plan, rows, bulk.size, 3)
-    return [[bytes(c) for c in item] for item in got] == [bulk.commit(b) for b in items]
+    if [[bytes(c) for c in item] for item in got] != [bulk.commit(b) for b in items]:
+        return False
+    lines = rng.integers(0, 256, size=(3, 100), dtype=np.uint8)
+    segments = np.array([[64, 32], [0, 0], [5, 31], [99, 1]], dtype=np.int64)
+    want = [hashlib.sha256(b"head" + b"".join(bytes(r[s:s + n]) for s, n in segments.tolist())).digest() for r in lines]
+    return [bytes(d) for d in h.gather(lines, segments, b"head")] == want

@@ -461,6 +461,31 @@ def test_hasher_tree_roots(trees, leaves, seed):
     assert [bytes(root) for root in _hasher().tree_roots(levels)] == want
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 200), st.binary(max_size=80), st.data())
+def test_hasher_gathers_as_hashlib(count, width, head, data):
+    """Each row's digest of a head and then segments of the row (a batch's input commitments,
+    output hashes and trace roots), empty, overlapping and whole-row segments included."""
+    rows = np.frombuffer(data.draw(st.binary(min_size=count * width, max_size=count * width)),
+                         dtype=np.uint8).reshape(count, width).copy()
+    starts = st.integers(0, width)
+    pairs = data.draw(st.lists(starts.flatmap(lambda s: st.tuples(st.just(s), st.integers(0, width - s))), max_size=6))
+    segments = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    want = [hashlib.sha256(head + b"".join(bytes(r[s:s + n]) for s, n in pairs)).digest() for r in rows]
+    assert [bytes(d) for d in _hasher().gather(rows, segments, head)] == want
+
+
+def test_hasher_refuses_what_does_not_gather():
+    rows = np.zeros((2, 64), dtype=np.uint8)
+    good = np.array([[0, 32]], dtype=np.int64)
+    for r, segments in ((rows.astype(np.int8), good), (np.zeros((2, 128), np.uint8)[:, ::2], good),
+                        (rows, good.astype(np.int32)), (rows, np.array([0, 32], dtype=np.int64)),
+                        (rows, np.array([[0, 32, 1]], dtype=np.int64)), (rows, np.array([[40, 32]], dtype=np.int64)),
+                        (rows, np.array([[-1, 2]], dtype=np.int64)), (rows, np.array([[4, -2]], dtype=np.int64))):
+        with pytest.raises(InternalError):
+            _hasher().gather(r, segments, b"")
+
+
 def test_no_hasher_without_libcrypto(monkeypatch):
     monkeypatch.setattr(sha, "_libcrypto", lambda: None)
     assert sha._compile_hasher() is None
@@ -483,24 +508,26 @@ def test_traced_runs_of_a_compiled_program_hash_through_it(monkeypatch):
 
 
 def spied_hasher(monkeypatch) -> list[str]:
-    """The compiled hasher, each call of its two functions noted."""
+    """The compiled hasher, each call of its functions noted."""
     calls: list[str] = []
     h = _hasher()
     monkeypatch.setattr(sha, "_hashers", [sha.Hasher(lambda *a: calls.append("bulk") or h.bulk(*a),
-                                                     lambda *a: calls.append("tree") or h.tree(*a), h.leaves)])
+                                                     lambda *a: calls.append("tree") or h.tree(*a), h.leaves,
+                                                     lambda *a: calls.append("gather") or h.gathered(*a))])
     return calls
 
 
 def test_stacked_runs_commit_their_items_through_it(monkeypatch):
-    """A batch of digits images: one compiled call commits every item's stacked tensors, one folds
-    every item's trace tree; every result is the one-by-one run's, uncompiled."""
+    """A batch of digits images: one compiled call commits every item's stacked tensors, two make
+    every item's input commitment and output hash, one folds every item's trace tree and one makes
+    every trace root; every result is the one-by-one run's, uncompiled."""
     model = generate.load_fixture_model("digits")
     images = generate.load_fixture_inputs("digits")[:40]
     native.turn_off(model.program)
     want = [model.run({"data": x}, trace=True) for x in images]
     calls = spied_hasher(monkeypatch)
     got = model.run_batch([{"data": x} for x in images], trace=True)
-    assert calls == ["bulk", "tree"]
+    assert calls == ["bulk", "gather", "gather", "tree", "gather"]
     assert [(g.trace, g.output_hash, g.output_commitments) for g in got] == \
         [(w.trace, w.output_hash, w.output_commitments) for w in want]
     assert all(np.array_equal(g.outputs[0], w.outputs[0]) for g, w in zip(got, want))

@@ -19,6 +19,7 @@ items run one at a time, so each gets its own result or its own error.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -28,7 +29,8 @@ from isa.errors import CvmError, InputError, InternalError
 from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
-from serializer.hashing import BulkCommitter, Committer, input_commitment, outputs_hash, tensor_body, trace_root, tree_roots
+from serializer.hashing import (BulkCommitter, Committer, input_commitment, inputs_head, outputs_hash, outputs_head,
+                                tensor_body, trace_head, trace_root, tree_roots)
 from serializer import sha
 from serializer.model import Input, Model as ModelIR
 from cvmvm.vm.execute import execute, prepare_inputs
@@ -284,6 +286,17 @@ class RowBodies:
         self.shared = [t for t, s in enumerate(plan) if not s]
         assert not any(first_param <= t < first_param + params for t in self.stacked)  # params are constants
         self.bulk = BulkCommitter([program.types[t] for t in self.stacked])
+        # Each item's digests from its row of commitments (32 bytes by tensor id), one compiled call
+        # each: the inputs' commitment and the output hash, then the trace root from a row of
+        # [input commitment | u32le tensors | trace tree root].
+        width = len(program.types)
+        heads = program.model.outputs
+        self.inputs = (np.array([(32 * t, 32) for t in range(first_param)], dtype=np.int64).reshape(-1, 2),
+                       inputs_head(first_param))
+        self.outputs = np.array([(32 * t, 32) for t in heads], dtype=np.int64).reshape(-1, 2), outputs_head(len(heads))
+        self.tensors = np.frombuffer(struct.pack("<I", width), dtype=np.uint8)
+        self.root = np.array([(0, 68)], dtype=np.int64), trace_head(program_layout(program).root)
+        self.split = struct.Struct("32s" * width)   # a row of commitments -> the tuple of them
 
 
 def _hasher() -> sha.Hasher | None:
@@ -329,24 +342,34 @@ def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program, columns:
     if outputs:
         stacked_rows = [_rows(v, plan[t], count) for t, v in zip(heads, values)]
         per_item = [tuple(r[i] for r in stacked_rows) for i in range(count)]
-    if fast is None:
-        trees = tree_roots(commitments)
-        owns: Iterable[tuple[bytes, ...]] = zip(*commitments)
-    else:
-        if any(c is None for c in commitments):
-            raise InternalError("hash", "a stacked run observed not every tensor")
-        width = len(commitments)
-        levels = np.empty((count, width, 32), dtype=np.uint8)
-        levels[:, rows.stacked] = fast.commit_rows(rows.bulk.plan, buffer, rows.bulk.size, count)
-        levels[:, rows.shared] = np.frombuffer(b"".join(commitments[t][0] for t in rows.shared),
-                                               dtype=np.uint8).reshape(-1, 32)
-        flat = levels.tobytes()
-        roots = fast.tree_roots(levels).tobytes()
-        trees = [roots[i:i + 32] for i in range(0, 32 * count, 32)]
-        step = 32 * width
-        owns = (tuple(flat[o:o + 32] for o in range(i, i + step, 32)) for i in range(0, step * count, step))
+    if fast is not None:
+        return _finish(fast, rows, commitments, buffer, count, program.ops, per_item)
     results = []
-    for own, tree, own_outputs in zip(owns, trees, per_item):
+    for own, tree, own_outputs in zip(zip(*commitments), tree_roots(commitments), per_item):
         root = trace_root(layout.root, input_commitment(own[:first_param]), len(own), tree)
         results.append(TracedRun(own, outputs_hash([own[t] for t in heads]), root, program.ops, own_outputs))
     return results
+
+
+def _finish(fast: sha.Hasher, rows: RowBodies, commitments: list[Any], buffer: np.ndarray, count: int, ops: int,
+            per_item: list[tuple[np.ndarray, ...] | None]) -> list[TracedRun]:
+    """Each item's TracedRun from compiled calls over every item at once: the stacked tensors'
+    commitments from the bodies in ``buffer``, the constants' from ``commitments``, then the digests
+    (RowBodies), the same bytes as the per-item loop through hashlib."""
+    if any(c is None for c in commitments):
+        raise InternalError("hash", "a stacked run observed not every tensor")
+    width = len(commitments)
+    levels = np.empty((count, width, 32), dtype=np.uint8)
+    levels[:, rows.stacked] = fast.commit_rows(rows.bulk.plan, buffer, rows.bulk.size, count)
+    levels[:, rows.shared] = np.frombuffer(b"".join(commitments[t][0] for t in rows.shared),
+                                           dtype=np.uint8).reshape(-1, 32)
+    flat = levels.tobytes()
+    by_row = levels.reshape(count, -1)
+    inputs = fast.gather(by_row, *rows.inputs)
+    outputs = fast.gather(by_row, *rows.outputs).tobytes()
+    trees = fast.tree_roots(levels)   # folds ``levels`` in place
+    seals = np.concatenate([inputs, np.broadcast_to(rows.tensors, (count, 4)), trees], axis=1)
+    roots = fast.gather(seals, *rows.root).tobytes()
+    split, step = rows.split.unpack_from, 32 * width
+    return [TracedRun(split(flat, step * i), outputs[32 * i:32 * i + 32], roots[32 * i:32 * i + 32], ops, own_outputs)
+            for i, own_outputs in enumerate(per_item)]
