@@ -205,12 +205,13 @@ _FIXED: dict[int, int] = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 
 _LENGTH = {1: struct.Struct(">B"), 2: struct.Struct(">H"), 4: struct.Struct(">I")}
 
 
-def scan(data: bytes, reader: Reader) -> None:
+def scan(data: bytes, reader: Reader, bins: list[tuple[int, int]] | None = None) -> None:
     """Check the token stream before unpacking: one complete value, no floats or
     extension types, every count and length within its bound and within the
     bytes that remain.  A container's items take at least one byte each, so
     the lists msgpack preallocates never hold more slots than the data has
-    bytes, whatever the headers claim.
+    bytes, whatever the headers claim.  ``bins``, when given, gets each bin's
+    payload as (start, end), in stream order.
     """
     end = len(data)
     pos = 0
@@ -262,6 +263,8 @@ def scan(data: bytes, reader: Reader) -> None:
             if pos + n > end:
                 raise reader.fail(f"truncated: the {kind} at byte {start} holds {n} bytes, but only {end - pos} "
                                   f"follow before the data ends at byte {end}")
+            if bins is not None and kind == "bin":
+                bins.append((pos, pos + n))
             pos += n
         if pos + pending > end:
             raise reader.fail(f"truncated: {pending} more values expected after byte {pos} of {end}")

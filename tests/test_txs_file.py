@@ -10,6 +10,7 @@ import struct
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from isa.errors import CvmError
 from serializer.records import transactions
@@ -115,6 +116,68 @@ def test_garbled_records_and_noncanonical_ones(store, garble):
     got = [o for burst in outcomes for o in burst]
     assert got[0].status == "error" and got[0].error in ("malformed.txs", "malformed.noncanonical")
     assert got[1].status == "ok"
+
+
+# -- the decoder of records alike: decode_tx's result or error, whatever the bytes -----------------
+
+def _outcome(decode, body: bytes):
+    try:
+        return decode(body)
+    except CvmError as e:
+        return type(e), e.code, e.message
+
+
+@pytest.fixture(scope="module")
+def alike():
+    """Records of the pair model (two inputs, two outputs), signed and not: each is a template for the others."""
+    model = pair_model()
+    signed = [transactions.encode_tx(t) for t in _txs(model, 4)]
+    unsigned = [transactions.encode_tx(honest(model, f, None)) for f in clipped_inputs(model, 4, 5)]
+    return signed, unsigned
+
+
+def test_records_alike_are_read_at_once(monkeypatch, alike):
+    """One full decode per shape of record; the rest cut by the template, to the same results."""
+    for bodies in alike:
+        want = [transactions.decode_tx(b) for b in bodies]
+        full = []
+        real = transactions.decode_tx
+        monkeypatch.setattr(transactions, "decode_tx", lambda b: full.append(b) or real(b))
+        decoder = transactions.Decoder()
+        assert [decoder(b) for b in bodies] == want
+        assert full == bodies[:1]
+        monkeypatch.undo()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_decoder_gives_decode_txs_result_or_error(alike, data):
+    """Any change to a record alike to the template (a byte anywhere, one cut, inserted or deleted,
+    a template of the other kind): the decoder's result or error is decode_tx's."""
+    signed, unsigned = alike
+    bodies = data.draw(st.sampled_from([signed, unsigned]))
+    decoder = transactions.Decoder()
+    decoder(data.draw(st.sampled_from(signed + unsigned)))
+    body = bytearray(data.draw(st.sampled_from(bodies)))
+    at = data.draw(st.integers(0, len(body) - 1))
+    change = data.draw(st.sampled_from(["set", "cut", "insert", "delete", "none"]))
+    if change == "set":
+        body[at] = data.draw(st.integers(0, 255))
+    elif change == "cut":
+        del body[at:]
+    elif change == "insert":
+        body[at:at] = data.draw(st.binary(min_size=1, max_size=3))
+    elif change == "delete":
+        del body[at]
+    assert _outcome(decoder, bytes(body)) == _outcome(transactions.decode_tx, bytes(body))
+
+
+def test_the_decoder_takes_a_new_template_for_another_shape(alike):
+    signed, unsigned = alike
+    mlp = [transactions.encode_tx(t) for t in _txs(mlp_model(), 2)]
+    decoder = transactions.Decoder()
+    for body in (signed[0], mlp[0], signed[1], unsigned[0], mlp[1], unsigned[1]):
+        assert decoder(body) == transactions.decode_tx(body)
 
 
 # -- faults of the framing: where the file ends -----------------------------------------------

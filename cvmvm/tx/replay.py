@@ -104,6 +104,7 @@ class Replayer:
         self.batch_size = batch_size
         self.signer = signer
         self._models: dict[bytes, Batch | CvmError] = {}
+        self._decoders: dict[bytes, transactions.Decoder] = {}   # by model: its records are alike
 
     def loaded(self, model_hash: bytes) -> bool:
         """Whether the model was fetched already (loaded, or failed to)."""
@@ -124,7 +125,8 @@ class Replayer:
         """The outcome of each record (all naming ``model_hash``), in the order given."""
         outcomes: list[Outcome | None] = [None] * len(items)
         ready: list[tuple[int, bytes, Receipt, tuple[TxInput, ...]]] = []  # (position, tx id, claim, inputs)
-        sha256, decode, signer = hashlib.sha256, transactions.decode_tx, self.signer
+        decode = self._decoders.get(model_hash) or self._decoders.setdefault(model_hash, transactions.Decoder())
+        sha256, signer = hashlib.sha256, self.signer
         for k, (index, offset, body) in enumerate(items):
             tx = sha256(body).digest()
             try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple
@@ -163,6 +164,74 @@ def decode_tx(body: bytes) -> tuple[bytes, tuple[TxInput, ...], Receipt]:
     if pack(top) != body:
         raise MalformedError("noncanonical", "the record decodes, but is not the canonical encoding")
     return model, inputs, claimed
+
+
+Decoded = tuple[bytes, tuple[TxInput, ...], Receipt]
+
+
+class Decoder:
+    """``decode_tx`` for records alike (a replay's chunk of one model's transactions): the same
+    result or the same error for every record, most of them read without msgpack.
+
+    Two records of one model differ mostly in their bins' payloads: the inputs' data, the
+    commitments, the roots, the signature.  A record of the same length as one ``decode_tx``
+    accepted (the template), byte for byte equal to it outside the template's bin payloads, has
+    the same msgpack tokens (a bin's header fixes its payload's length, so every payload sits at
+    the same offsets), decodes to the same structure with its own payloads, is canonical as the
+    template is, and passes every check ``decode_tx`` makes: none reads a payload's bytes.  Such a
+    record is matched and cut by one regular expression built from the template (literal bytes,
+    then a group of exactly each payload's length); any other is decoded in full, and becomes the
+    template once accepted.
+    """
+
+    def __init__(self) -> None:
+        self._template: tuple[re.Pattern[bytes], Decoded] | None = None
+
+    def __call__(self, body: bytes) -> Decoded:
+        if self._template is not None:
+            pattern, template = self._template
+            match = pattern.fullmatch(body)
+            if match is not None:
+                return _with_payloads(template, match.groups())
+        decoded = decode_tx(body)
+        self._template = _template(body, decoded) or self._template
+        return decoded
+
+
+def _template(body: bytes, decoded: Decoded) -> tuple[re.Pattern[bytes], Decoded] | None:
+    """The pattern of records like ``body``, which decoded to ``decoded``; None where its bins are not
+    the fields ``_payloads`` names, as they always are (a record that holds them otherwise is never
+    cut by a wrong map)."""
+    spans: list[tuple[int, int]] = []
+    try:
+        strict.scan(body, _READER, spans)
+    except MalformedError:   # the scan's limits are wider than decode_tx's: never, on a record it accepted
+        return None
+    if [body[a:b] for a, b in spans] != _payloads(decoded):
+        return None
+    ends = [0] + [b for _, b in spans]
+    parts = [re.escape(body[end:a]) + b"(.{%d})" % (b - a) for end, (a, b) in zip(ends, spans)]
+    return re.compile(b"".join(parts) + re.escape(body[ends[-1]:]), re.DOTALL), decoded
+
+
+def _payloads(decoded: Decoded) -> list[bytes]:
+    """Every bin of a record, in the order its canonical encoding holds them (FORMAT.md section 8)."""
+    model, inputs, r = decoded
+    signer = [] if r.signer is None else [r.signer.public_key, r.signer.signature]
+    return [model, *(i.data for i in inputs), r.model_hash, r.program_root, *(c for _, c in r.inputs),
+            r.output_hash, r.trace_root, *signer]
+
+
+def _with_payloads(template: Decoded, payloads: tuple[bytes, ...]) -> Decoded:
+    """``template`` with its bins replaced by ``payloads`` (in ``_payloads``' order)."""
+    _, inputs, r = template
+    n, m = len(inputs), len(r.inputs)
+    given = tuple([TxInput(i.name, i.dtype, i.shape, data) for i, data in zip(inputs, payloads[1:1 + n])])
+    k = 3 + n + m
+    claimed = tuple([(name, c) for (name, _), c in zip(r.inputs, payloads[3 + n:k])])
+    signer = None if r.signer is None else receipt.Signer(payloads[k + 2], payloads[k + 3])
+    return payloads[0], given, Receipt(payloads[1 + n], payloads[2 + n], claimed, payloads[k], payloads[k + 1],
+                                       r.ops, signer)
 
 
 def _no_ext(code: int, payload: bytes) -> Any:
