@@ -10,7 +10,8 @@ temporary directory, then measures, best of --repeat:
   ceiling replay is held against);
 - Ed25519 on one core: a bare verification (key loaded, message made), and
   making a receipt's signing message;
-- a record's decode (``decode_tx``) and its id (SHA-256);
+- a record's decode as replay decodes it (``transactions.Decoder``: records
+  alike cut by a template) and in full (``decode_tx``), and its id (SHA-256);
 - replay of the unsigned and the signed file, in this process and with worker
   processes (pool start-up included), and on a local Ray (start-up excluded),
   read from the file record by record as ``cvmvm replay`` does;
@@ -210,13 +211,22 @@ def main() -> int:
         sig_us = us(cpu["ed25519"], len(good))
         best(lambda: [c.signing_message() for c in claims], "message")
         message_us = us(cpu["message"], len(claims))
-        best(lambda: [transactions.decode_tx(b) for b in bodies], "decode")
+        best(lambda: [transactions.decode_tx(b) for b in bodies], "decode in full")
+        full_us = us(cpu["decode in full"], len(bodies))
+
+        def decode() -> None:   # as replay decodes a model's records: alike ones cut by a template
+            decoder = transactions.Decoder()
+            for b in bodies:
+                decoder(b)
+
+        best(decode, "decode")
         decode_us = us(cpu["decode"], len(bodies))
         best(lambda: [hashlib.sha256(b).digest() for b in bodies], "id")
         id_us = us(cpu["id"], len(bodies))
         print(f"{'Ed25519 verification':<30} {sig:10,.0f} /s on one core ({sig_us:.1f} us; a receipt's signing "
               f"message {message_us:.1f} us)")
-        print(f"{'record decode, id':<30} {decode_us:10.1f} us, {id_us:.1f} us")
+        print(f"{'record decode, id':<30} {decode_us:10.1f} us, {id_us:.1f} us   (decode as replay does, "
+              f"transactions.Decoder; {full_us:.1f} us each in full)")
 
         rates: dict[str, float] = {}
         steady: dict[str, float] = {}   # the rate after a replay's first outcomes: start-up (a pool, compiling) left out
