@@ -24,7 +24,7 @@ temporary directory, then measures, best of --repeat:
   which a real replay could not afford).  Needs ``pip install 'ray[data]'``.
 
 With --compile, this process and every replay's workers compile the SHA-256
-hasher first (``cvmvm replay --compile``): each replay then pays some 2.5 s of
+hasher first (``cvmvm replay --compile``): each replay then pays some 3 s of
 compiling per worker in its start-up, and the rate after its first outcomes is
 the one a long replay approaches.  Without it everything hashes through
 hashlib (a worker compiles after cvmvm.vm.batching.HASH_WARM_ITEMS

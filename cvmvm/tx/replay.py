@@ -92,7 +92,7 @@ def _check_inputs(expected: Sequence[tuple[str, str, tuple[int, ...]]], given: t
 class Replayer:
     """Replays chunks of records; caches each model's batched runner (and a model that
     failed to load, which then fails again at once).  With ``compile``, compiles the hasher
-    first (serializer.sha: some 2.5 s with the ``speed`` extra, nothing without it), which
+    first (serializer.sha: some 3 s with the ``speed`` extra, nothing without it), which
     a process otherwise does after cvmvm.vm.batching.HASH_WARM_ITEMS transactions: a long
     replay's workers save the wait."""
 

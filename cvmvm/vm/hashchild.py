@@ -3,7 +3,7 @@
 It needs serializer.hashing and the standard library, not the cvmvm package
 (whose import would load the whole VM); with numba installed (the ``speed``
 extra) it compiles serializer.sha's hasher before it says it is ready, some
-2.5 s during which the parent hashes its blocks itself, and then hashes each
+3 s during which the parent hashes its blocks itself, and then hashes each
 block in one compiled call at OpenSSL's rate (perf's 29 MiB in 17 ms against
 hashlib's 24, a call per 4 KiB chunk): the same roots.  Arguments: the directory that holds
 the ``serializer`` package, the descriptor of the shared buffer, its size.
