@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from serializer import sha
 from serializer.hashing import CHUNK_SIZE, chunk_leaves, tree_root
 from cvmvm.vm import hashworker
 from tests.fixture_script import generate
@@ -228,6 +229,20 @@ def test_with_numba_the_process_hashes_through_the_compiled_hasher(small_ring):
     """It says so when it is ready; the roots it gives are checked against the definition above."""
     pytest.importorskip("numba")
     assert small_ring.compiled
+
+
+def test_channel_last_bodies_go_into_the_ring_through_the_compiled_mover(monkeypatch):
+    """perf's 1-byte rank-4 tensors, written by numpy and by serializer.sha's mover: the same trace."""
+    pytest.importorskip("numba")
+    assert hashworker.start() is not None
+    mover = sha.compiled_channel_mover()
+    assert mover is not None
+    monkeypatch.setattr(sha, "_movers", [None])
+    want = traced("perf")
+    moved: list[tuple[int, ...]] = []
+    monkeypatch.setattr(sha, "_movers", [lambda value, lanes: moved.append(value.shape) or mover(value, lanes)])
+    assert traced("perf") == want
+    assert moved and all(len(shape) == 3 for shape in moved)
 
 
 def test_the_process_imports_no_more_than_the_hashing():

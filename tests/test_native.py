@@ -486,6 +486,41 @@ def test_hasher_refuses_what_does_not_gather():
             _hasher().gather(r, segments, b"")
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.tuples(st.integers(1, 2), st.integers(1, 40), st.integers(1, 12), st.integers(1, 12)),
+       st.integers(1, 8), st.integers(0, 2**32 - 1))
+def test_channel_mover_writes_bodies_as_numpy(shape, precision, seed):
+    """Channel-last bodies (1-byte lanes, rank 4) written by the compiled mover, at the precision's
+    bounds too: numpy's bytes."""
+    t = TensorType(shape, precision)
+    bound = precision_bound(precision)
+    value = np.random.default_rng(seed).integers(-bound, bound + 1, size=shape, dtype=np.int64).astype(np.int32)
+    value.reshape(-1)[:2] = (-bound, bound)[:value.size]
+    committer = hashing.Committer(t)
+    want, got = np.zeros(committer.length, np.uint8), np.zeros(committer.length, np.uint8)
+    committer.write_body(value, want)
+    move = sha.channel_mover()
+    assert move is not None
+    committer.write_body(value, got, move)
+    assert np.array_equal(got, want) and bytes(want) == bytes(hashing.tensor_body(value, t))
+
+
+def test_channel_mover_leaves_other_arrays_to_numpy():
+    """A big-endian or strided array, or a body in wider lanes, is written by numpy whatever the mover."""
+    def refuse(value, lanes):
+        raise AssertionError("moved")
+    t = TensorType((1, 3, 4, 5), 8)
+    value = np.arange(60, dtype=np.int32).reshape(t.shape) - 30
+    for v in (value.astype(">i4"), np.ascontiguousarray(value.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)):
+        out = np.zeros(60, np.uint8)
+        hashing.Committer(t).write_body(v, out, refuse)
+        assert bytes(out) == bytes(hashing.tensor_body(value, t))
+    wide = TensorType((1, 3, 4, 5), 16)
+    out = np.zeros(120, np.uint8)
+    hashing.Committer(wide).write_body(value, out, refuse)
+    assert bytes(out) == bytes(hashing.tensor_body(value, wide))
+
+
 def test_no_hasher_without_libcrypto(monkeypatch):
     monkeypatch.setattr(sha, "_libcrypto", lambda: None)
     assert sha._compile_hasher() is None

@@ -260,7 +260,8 @@ class Tracer:
             return
         committer = self._committers[tensor]
         if self.worker is not None and committer.length >= BACKGROUND_MIN_BYTES:
-            blocks = self.worker.put(committer.length, committer.chunk, functools.partial(committer.write_body, value))
+            write = functools.partial(committer.write_body, value, move=sha.compiled_channel_mover())
+            blocks = self.worker.put(committer.length, committer.chunk, write)
             if blocks is not None:
                 self._pending.append((tensor, blocks))
                 return
