@@ -9,6 +9,9 @@ libcrypto, the OpenSSL library hashlib itself uses, through SHA256_Init/Update/F
 (``Hasher``).  Only where every known answer below matches hashlib's; nothing here depends on
 it: without numba or libcrypto, hashlib commits everything, and only timing differs.
 
+Beside it, the one compiled piece that is not SHA-256: the channel mover, which writes a large
+channel-last body into the hashing process's ring (``channel_mover``), checked against numpy's bytes.
+
 It stands apart from the VM (serializer's layer: numpy, and numba when installed) so that the
 hashing process of cvmvm.vm.hashworker can use it without loading the VM.  Everything is
 compiled in each process, never cached on disk: numba's cache is pickles.
@@ -61,8 +64,8 @@ def compile_function(function: Callable[..., int], signature: str) -> Callable[.
 
 class Hasher(NamedTuple):
     """SHA-256 through libcrypto, compiled: every commitment of a BulkCommitter's bodies, for one
-    item or many laid end to end, tree roots, and a body's chunk tree (serializer.hashing's, byte
-    for byte)."""
+    item or many laid end to end, tree roots, a body's chunk tree, and a batch's per-item digests
+    of a head and parts of each item's row (serializer.hashing's, byte for byte)."""
 
     bulk: Callable[..., int]
     tree: Callable[..., int]
