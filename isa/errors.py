@@ -104,7 +104,7 @@ CODES: dict[str, str] = {
     "malformed.results": "replay --resume: a results file that is not cvmvm's, or not of this transaction file",
     "malformed.step_proof": "a step proof that does not decode",
     "malformed.trace": "a trace file that does not decode, or whose root is not the root of its entries",
-    "malformed.key": "a key file that is not an Ed25519 key (PEM or raw 32 bytes)",
+    "malformed.key": "a key file that is not an Ed25519 key (PEM or raw 32 bytes), or a public key no signature can be valid under (FORMAT.md section 7)",
     "malformed.store_hash": "a store file that is not a model whose model hash is its name",
     "malformed.onnx": "import-onnx: not an ONNX protobuf, or one that fails onnx.checker or uses external data",
     "invalid.attr": "an attribute outside its domain",
@@ -154,6 +154,7 @@ CODES: dict[str, str] = {
     "internal.param": "a param whose value does not match its type (a VM bug)",
     "internal.trace": "a traced run that did not commit every tensor (a VM bug)",
     "internal.hash": "the compiled hasher's call of libcrypto's SHA-256 failed, or was given a tree that is not one (a VM bug)",
+    "internal.signature": "no Ed25519 library on this machine verifies by FORMAT.md section 7's rule (each failed its self-test)",
     "internal.ray": "replay --ray: a Ray task failed for another reason than cvmvm's own errors",
     "internal.replay": "replay: a transaction left without an outcome (a bug)",
     "internal.worker": "replay: a worker process died (killed by a signal: out of memory, kill -9); the outcomes "

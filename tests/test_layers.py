@@ -27,10 +27,11 @@ ALLOWED = {
 }
 
 # Optional extras only a sub-package may import (the core works without them; cvmvm.vm.blas
-# falls back to leaving BLAS threads alone and cvmvm.vm.native to the numpy kernels, which
-# changes timing only).
+# falls back to leaving BLAS threads alone, cvmvm.vm.native to the numpy kernels and
+# cvmvm.tx.ed25519 to OpenSSL, which changes timing only).
 EXTRAS = {"cvmvm.importer": {"onnx", "tqdm"}, "cvmvm.cli.tx": {"tqdm"}, "cvmvm.vm.blas": {"threadpoolctl"},
-          "cvmvm.vm.native": {"numba"}, "serializer.sha": {"numba"}}
+          "cvmvm.vm.native": {"numba"}, "serializer.sha": {"numba"},
+          "cvmvm.tx.ed25519": {"nacl"}}
 
 # Inside cvmvm: a module may import cvmvm modules of its own sub-layer or a lower one.
 # The package itself re-exports the VM's API, so it sits with vm; __main__ runs the CLI.

@@ -8,12 +8,11 @@ whose it must be.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -21,6 +20,7 @@ from isa.errors import MalformedError, UsageError
 from serializer.records.receipt import PUBLIC_KEY_SIZE, Receipt, Signer
 from cvmvm import files
 from cvmvm.vm.api import Model, Result
+from cvmvm.tx import ed25519
 
 # The fields a re-execution recomputes, in report order; "signature" and
 # "signer" are checked on the claim alone.
@@ -45,21 +45,10 @@ def sign(r: Receipt, key: Ed25519PrivateKey) -> Receipt:
     return replace(r, signer=Signer(public, key.sign(unsigned.signing_message())))
 
 
-@functools.lru_cache(maxsize=256)
-def _public_key(raw: bytes) -> Ed25519PublicKey:
-    # A chain's receipts come from a few signers: each key is loaded once, not once per receipt.
-    return Ed25519PublicKey.from_public_bytes(raw)
-
-
 def signature_valid(r: Receipt) -> bool:
-    """Whether a signed receipt's signature verifies under the public key it carries."""
-    if r.signer is None:
-        return False
-    try:
-        _public_key(r.signer.public_key).verify(r.signer.signature, r.signing_message())
-    except (InvalidSignature, ValueError):
-        return False
-    return True
+    """Whether a signed receipt's signature verifies under the public key it carries, by
+    FORMAT.md section 7's rule (cvmvm.tx.ed25519)."""
+    return r.signer is not None and ed25519.valid(r.signer.public_key, r.signer.signature, r.signing_message())
 
 
 def load_private_key(data: bytes, what: str) -> Ed25519PrivateKey:
@@ -90,10 +79,15 @@ def load_public_key(data: bytes, what: str) -> bytes:
             raise MalformedError("key", f"{what}: not a PEM public key ({e})") from None
         if not isinstance(key, Ed25519PublicKey):
             raise MalformedError("key", f"{what}: a {type(key).__name__}, not an Ed25519 key")
-        return key.public_bytes_raw()
-    if len(data) != PUBLIC_KEY_SIZE:
+        raw = key.public_bytes_raw()
+    elif len(data) != PUBLIC_KEY_SIZE:
         raise MalformedError("key", f"{what}: {len(data)} bytes; expected PEM or a raw 32-byte Ed25519 key")
-    return data
+    else:
+        raw = data
+    if not ed25519.key_well_formed(raw):
+        raise MalformedError("key", f"{what}: not a canonical encoding of a point of large order, so no "
+                                    f"signature is valid under it (FORMAT.md section 7)")
+    return raw
 
 
 def keygen(path: Path) -> bytes:
