@@ -340,8 +340,9 @@ def main() -> int:
     if signed2:
         print(f"signed with 2 workers: {signed2:,.0f} tx/s, {steady['signed,   workers=2']:,.0f} after its first "
               f"outcomes  (target >= 15,000)")
-        print(f"signed with 2 workers / (2 x bare OpenSSL Ed25519 verifications per second on one core): "
-              f"{signed2 / (2 * openssl):.2f}  (target >= 0.83: 15,000 of 2 x 9,100)")
+        print(f"signed with 2 workers after its first outcomes / (2 x bare OpenSSL Ed25519 verifications per "
+              f"second on one core): {steady['signed,   workers=2'] / (2 * openssl):.2f}  "
+              f"(target >= 0.83: 15,000 of 2 x 9,100)")
     for kind in ("unsigned", "signed"):
         pool = rates.get(f"{kind + ',':<9} workers={max(args.workers)}")
         ray_rate = rates.get(f"{kind + ',':<9} ray")

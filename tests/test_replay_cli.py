@@ -246,6 +246,14 @@ def test_a_private_key_as_signer_is_refused(demo, tmp_path, capsys):
     assert code == 2 and info["error"] == "usage.argument" and "k.pub" in info["message"]
 
 
+def test_a_small_order_key_as_signer_is_refused(demo, tmp_path, capsys):
+    # The identity point: OpenSSL accepts a "signature" under it for any message (FORMAT.md section 7).
+    (tmp_path / "identity.pub").write_bytes((1).to_bytes(32, "little"))
+    code, info = cli_json(capsys, _replay(demo, "--signer", str(tmp_path / "identity.pub")))
+    assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.key"
+    assert "no signature is valid under it" in info["message"]
+
+
 def test_ray_without_ray_says_which_extra(demo, tmp_path):
     blocker = tmp_path / "noray"
     blocker.mkdir()

@@ -5,7 +5,10 @@ A tensor's commitment is a tree of one SHA-256 call per 4096-byte chunk, some
 hashing *thread* takes the GIL back 6,000 times against an executor whose small
 numpy calls hold it: on a 2-core machine both slowed down, and a traced perf run
 took longer with two hashing threads (45 ms) than hashing inline (34 ms).  A
-process has its own interpreter: the executor copies each large body into a
+thread with the compiled hasher (below: one call a body, without the GIL, the
+executor copying nothing) still lost to the process: perf traced at
+1.39-1.46x untraced against 1.35-1.39x (2026-11-29).  A process has its own
+interpreter: the executor copies each large body into a
 buffer both processes map, names its blocks on a pipe, and goes on; the
 process sends back each block's root (perf traced: 23 ms).  With numba (the
 ``speed`` extra) the process compiles serializer.sha's hasher before it says it
