@@ -7,9 +7,9 @@ disagree on a receipt's validity split, so FORMAT.md section 7 fixes the rule:
 
 1. S < L;
 2. the public key A and the nonce R are canonical encodings (y < p) of points that are
-   not of small order: y mod p is none of SMALL_ORDER_Y;
+   not of small order: y is none of SMALL_ORDER_Y;
 3. [S]B - [h]A, with h = SHA-512(R || A || M) mod L, encodes to exactly R's 32 bytes
-   (no cofactor: a signer with a small-order component in R fails it).
+   (no cofactor: an honest nonce plus a point of small order fails it).
 
 Steps 1 and 2 are checked here on the bytes.  Step 3 (and the decoding of A) is the
 library's: libsodium when PyNaCl is installed (the ``speed`` extra: about twice as fast),
