@@ -25,11 +25,7 @@ MESSAGE = b"cvmvm/ed25519/self-test"
 OTHER_SEED = b"\x07" * 32
 
 
-def _libraries() -> list[tuple[str, ed25519.Verify]]:
-    return ed25519.candidates()
-
-
-LIBRARIES = _libraries()
+LIBRARIES = ed25519.candidates()
 
 
 def _cofactorless_valid_mixed_key(seed: bytes, message: bytes, torsion: int) -> tuple[bytes, bytes]:
@@ -44,15 +40,21 @@ def _cofactorless_valid_mixed_key(seed: bytes, message: bytes, torsion: int) -> 
     raise AssertionError("no such signature found")
 
 
-def _small_key_signature(torsion: int, message: bytes) -> tuple[bytes, bytes]:
-    """A small-order key T and R = rB, S = r: [S]B - [h]T = R whenever [h]T is the identity,
-    which OpenSSL accepts."""
-    public = ref.encode(ref.TORSION[torsion])
-    for r in range(1, 200):
+def _signature_where_h_kills(public: bytes, point: ref.Point, message: bytes, tries: int) -> bytes | None:
+    """R = rB, S = r for the first r < ``tries`` whose [h]``point`` is the identity, so that
+    [S]B - [h]A = R: what OpenSSL accepts under a small-order key ``public`` naming ``point``."""
+    for r in range(1, tries):
         big_r = ref.encode(ref.mul(r, ref.BASE))
-        if ref.encode(ref.mul(ref.scalar(big_r, public, message), ref.TORSION[torsion])) == ref.encode(ref.IDENTITY):
-            return public, big_r + r.to_bytes(32, "little")
-    raise AssertionError("no such signature found")
+        if ref.encode(ref.mul(ref.scalar(big_r, public, message), point)) == ref.encode(ref.IDENTITY):
+            return big_r + r.to_bytes(32, "little")
+    return None
+
+
+def _small_key_signature(torsion: int, message: bytes) -> tuple[bytes, bytes]:
+    public = ref.encode(ref.TORSION[torsion])
+    signature = _signature_where_h_kills(public, ref.TORSION[torsion], message, 200)
+    assert signature is not None, "no such signature found"
+    return public, signature
 
 
 def _non_canonical(y: int, sign: int) -> bytes:
@@ -87,11 +89,9 @@ def edge_cases() -> list[tuple[str, bytes, bytes, bytes]]:
             point = ref.decode(enc, canonical=False)
             if point is None:
                 continue
-            for r in range(1, 60):
-                big_r = ref.encode(ref.mul(r, ref.BASE))
-                if ref.encode(ref.mul(ref.scalar(big_r, enc, m), point)) == ref.encode(ref.IDENTITY):
-                    cases.append((f"non-canonical key y={y}+p sign {sign}", enc, big_r + r.to_bytes(32, "little"), m))
-                    break
+            forged = _signature_where_h_kills(enc, point, m, 60)
+            if forged is not None:
+                cases.append((f"non-canonical key y={y}+p sign {sign}", enc, forged, m))
             cases.append((f"non-canonical nonce y={y}+p sign {sign}", public, enc + signature[32:], m))
     identity = ref.encode(ref.IDENTITY)
     cases.append(("identity key, any message", identity, identity + bytes(32), b"anything at all"))
