@@ -11,8 +11,9 @@ temporary directory, then measures, best of --repeat:
 - Ed25519 on one core: OpenSSL's verification alone (key loaded, message made),
   a verification as replay makes it (FORMAT.md section 7's rule, through
   libsodium when PyNaCl is installed), and making a receipt's signing message;
-- a record's decode as replay decodes it (``transactions.Decoder``: records
-  alike cut by a template) and in full (``decode_tx``), and its id (SHA-256);
+- a record's decode as replay decodes it (``transactions.Decoder.cut`` of
+  --batch records at a time: records alike cut as one array into a column per
+  bin) and in full (``decode_tx``), and its id (SHA-256);
 - replay of the unsigned and the signed file, in this process and with worker
   processes (pool start-up included), and on a local Ray (start-up excluded),
   read from the file record by record as ``cvmvm replay`` does;
@@ -215,10 +216,10 @@ def main() -> int:
         best(lambda: [transactions.decode_tx(b) for b in bodies], "decode in full")
         full_us = us(cpu["decode in full"], len(bodies))
 
-        def decode() -> None:   # as replay decodes a model's records: alike ones cut by a template
+        def decode() -> None:   # as replay decodes a model's records: chunks, alike records cut as one array
             decoder = transactions.Decoder()
-            for b in bodies:
-                decoder(b)
+            for start in range(0, len(bodies), args.batch):
+                decoder.cut(bodies[start:start + args.batch])
 
         best(decode, "decode")
         decode_us = us(cpu["decode"], len(bodies))
@@ -228,7 +229,7 @@ def main() -> int:
         print(f"{'Ed25519 as replay checks it':<30} {sig:10,.0f} /s on one core ({sig_us:.1f} us; "
               f"{ed25519.backend()[0]} by FORMAT.md section 7's rule; a receipt's signing message {message_us:.1f} us)")
         print(f"{'record decode, id':<30} {decode_us:10.1f} us, {id_us:.1f} us   (decode as replay does, "
-              f"transactions.Decoder; {full_us:.1f} us each in full)")
+              f"chunks cut by transactions.Decoder; {full_us:.1f} us each in full)")
 
         rates: dict[str, float] = {}
         steady: dict[str, float] = {}   # the rate after a replay's first outcomes: start-up (a pool, compiling) left out

@@ -8,14 +8,19 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import functools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
+from serializer import strict
 from serializer.records import transactions
 from serializer.records.transactions import Transaction
 from cvmvm.vm import batching
 from cvmvm.tx import receipt, replay, results, schedule
 from cvmvm.tx.store import Store
+from cvmvm.vm.verify import Limits
 from isa.errors import CvmError
 from serializer.hashing import trace_root, tree_root
 from tests.test_receipt import (KEY, REPO, build, cli_json, column_sum_model, digits_model, instr, mlp_model,
@@ -170,6 +175,109 @@ def test_every_outcome_kind(store):
     signer = KEY.public_key().public_bytes_raw()
     assert schedule.replay(txs[:1], store, signer=signer)[0].status == "ok"
     assert schedule.replay(txs[:1], store, signer=b"\x03" * 32)[0].fields == ("signer",)
+
+
+def changed(data, body: bytes) -> bytes:
+    """``body`` with a byte set, a cut, bytes inserted or one deleted, or unchanged (hypothesis)."""
+    body = bytearray(body)
+    at = data.draw(st.integers(0, len(body) - 1))
+    change = data.draw(st.sampled_from(["set", "cut", "insert", "delete", "none"]))
+    if change == "set":
+        body[at] = data.draw(st.integers(0, 255))
+    elif change == "cut":
+        del body[at:]
+    elif change == "insert":
+        body[at:at] = data.draw(st.binary(min_size=1, max_size=3))
+    elif change == "delete":
+        del body[at]
+    return bytes(body)
+
+
+@pytest.fixture(scope="module")
+def chunks(tmp_path_factory):
+    """The pair model in a store, and records of it, signed and not, honest and tampered."""
+    model = pair_model()
+    store = Store(tmp_path_factory.mktemp("chunks") / "store")
+    store.add(model)
+    feeds = clipped_inputs(model, 6, RNG_SEED + 9)
+    txs = [honest(model, f) for f in feeds[:3]] + [honest(model, f, None) for f in feeds[3:]]
+    txs.append(dataclasses.replace(txs[3], receipt=dataclasses.replace(txs[3].receipt, ops=1)))
+    txs.append(dataclasses.replace(txs[4], inputs=txs[4].inputs[::-1]))
+    wide = {"a": np.full((1, 4), 1000, np.int32), "b": feeds[0]["b"]}
+    txs.append(dataclasses.replace(txs[5], inputs=tuple(wide.items())))
+    return model, store, [transactions.encode_tx(t) for t in txs]
+
+
+def replayed_alone(model, body: bytes, signer: bytes | None) -> tuple:
+    """What replay must make of one record, the plain way: a full decode, the signature, the
+    inputs as the model takes them, one traced run, every receipt field compared."""
+    try:
+        _, given, claimed = transactions.decode_tx(body)
+    except CvmError as e:
+        return "error", (), e.code
+    if claimed.signer is not None or signer is not None:
+        bad = receipt.unauthenticated(claimed, signer)
+        if bad:
+            return "mismatch", bad, None
+    try:
+        replay._check_inputs([(i.name, i.type.dtype, i.type.shape) for i in model.program.model.inputs], given)
+        feeds = {i.name: i.array() for i in given}
+        if any(np.abs(feeds[i.name].astype(np.int64)).max() >= 1 << (i.type.precision - 1) for i in model.program.model.inputs):
+            return "error", (), "input.value"
+        actual = receipt.make_receipt(model, model.run(feeds, trace=True))
+    except CvmError as e:
+        return "error", (), e.code
+    bad = receipt.recomputed_mismatches(claimed, actual)
+    return ("mismatch" if bad else "ok"), bad, None
+
+
+def _in_a_bin(data, body: bytes) -> bytes:
+    """``body`` with one byte of one of its bins' payloads changed (a commitment, a root, input
+    data, the signature...): still alike its template."""
+    spans: list[tuple[int, int]] = []
+    strict.scan(body, transactions._READER, spans)
+    a, b = data.draw(st.sampled_from(spans))
+    at = data.draw(st.integers(a, b - 1))
+    return body[:at] + bytes([body[at] ^ data.draw(st.integers(1, 255))]) + body[at + 1:]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_chunk_replays_as_its_records_alone(chunks, data):
+    """A chunk of one model's records, alike or not, some bytes changed anywhere (a bin's payload:
+    a mismatch or an input beyond its precision; the rest: an error or another template), with a
+    --signer and without: each outcome is the one that record gets replayed alone, and what
+    a plain replay of it (replayed_alone) makes of it."""
+    model, store, bodies = chunks
+    chunk = data.draw(st.lists(st.sampled_from(bodies), min_size=1, max_size=10))
+    chunk = [data.draw(st.sampled_from([b, changed(data, b), _in_a_bin(data, b)])) for b in chunk]
+    items = [(i, 100 * i, b) for i, b in enumerate(chunk)]
+    signer = data.draw(st.sampled_from([None, KEY.public_key().public_bytes_raw()]))
+    fetch = functools.partial(store.get, limits=Limits())
+    together = replay.Replayer(fetch, 4, signer).run(model.model_hash, items)
+    alone = replay.Replayer(fetch, 4, signer)
+    assert together == [alone.run(model.model_hash, [item])[0] for item in items]
+    assert [(o.status, o.fields, o.error) for o in together] == [replayed_alone(model, b, signer) for b in chunk]
+
+
+@pytest.mark.parametrize("signer", [None, KEY.public_key().public_bytes_raw()])
+def test_every_bin_changed_in_one_chunk(chunks, signer):
+    """Each record, then each with one byte of one bin's payload changed, as one chunk: records
+    alike, each outcome what a plain replay of it makes of it (a claim's every field compared)."""
+    model, store, bodies = chunks
+    chunk = list(bodies)
+    for body in bodies:
+        spans: list[tuple[int, int]] = []
+        strict.scan(body, transactions._READER, spans)
+        chunk += [body[:a] + bytes([body[a] ^ 0x80]) + body[a + 1:] for a, _ in spans]
+        chunk += [body[:b - 1] + bytes([body[b - 1] ^ 1]) + body[b:] for _, b in spans]
+    items = [(i, 100 * i, b) for i, b in enumerate(chunk)]
+    got = replay.Replayer(functools.partial(store.get, limits=Limits()), 512, signer).run(model.model_hash, items)
+    want = [replayed_alone(model, b, signer) for b in chunk]
+    assert [(o.status, o.fields, o.error) for o in got] == want
+    if signer is None:   # else every changed claim is a mismatch of its signature or signer first
+        assert {("program_root",), ("output_hash",), ("trace_root",), ("inputs",), ("model_hash",), ("ops",),
+                "input.value"} <= {w[1] or w[2] for w in want}
 
 
 def test_each_signature_is_verified_once(store, monkeypatch):

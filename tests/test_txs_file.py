@@ -17,7 +17,7 @@ from serializer.records import transactions
 from cvmvm.tx import schedule
 from cvmvm.tx.store import Store
 from tests.test_receipt import cli_json, mlp_model, pair_model
-from tests.test_replay import clipped_inputs, honest
+from tests.test_replay import changed, clipped_inputs, honest
 
 
 @pytest.fixture
@@ -120,9 +120,22 @@ def test_garbled_records_and_noncanonical_ones(store, garble):
 
 # -- the decoder of records alike: decode_tx's result or error, whatever the bytes -----------------
 
-def _outcome(decode, body: bytes):
+def _cut(decoder, bodies: list[bytes]) -> list:
+    """What ``decoder.cut`` gives each record: its decoded record, or its error (type, code, message)."""
+    groups, errors = decoder.cut(bodies)
+    got: dict[int, object] = {k: (type(e), e.code, e.message) for k, e in errors}
+    for g in groups:
+        assert g.rows == sorted(g.rows) and all(len(c) == len(g.rows) for c in g.columns)
+        for i, k in enumerate(g.rows):
+            assert k not in got   # every record in one place only
+            got[k] = g.decoded(i)
+    assert sorted(got) == list(range(len(bodies)))
+    return [got[k] for k in range(len(bodies))]
+
+
+def _outcome(body: bytes):
     try:
-        return decode(body)
+        return transactions.decode_tx(body)
     except CvmError as e:
         return type(e), e.code, e.message
 
@@ -137,14 +150,18 @@ def alike():
 
 
 def test_records_alike_are_read_at_once(monkeypatch, alike):
-    """One full decode per shape of record; the rest cut by the template, to the same results."""
+    """One full decode per shape of record, the rest cut as one array, to the same results; a
+    template outlives its chunk."""
     for bodies in alike:
         want = [transactions.decode_tx(b) for b in bodies]
         full = []
         real = transactions.decode_tx
         monkeypatch.setattr(transactions, "decode_tx", lambda b: full.append(b) or real(b))
         decoder = transactions.Decoder()
-        assert [decoder(b) for b in bodies] == want
+        groups, errors = decoder.cut(bodies)
+        assert not errors and [g.rows for g in groups] == [[0, 1, 2, 3]]
+        assert [groups[0].decoded(i) for i in range(4)] == want
+        assert _cut(decoder, bodies[::-1]) == want[::-1]
         assert full == bodies[:1]
         monkeypatch.undo()
 
@@ -157,19 +174,37 @@ def test_the_decoder_gives_decode_txs_result_or_error(alike, data):
     signed, unsigned = alike
     bodies = data.draw(st.sampled_from([signed, unsigned]))
     decoder = transactions.Decoder()
-    decoder(data.draw(st.sampled_from(signed + unsigned)))
-    body = bytearray(data.draw(st.sampled_from(bodies)))
-    at = data.draw(st.integers(0, len(body) - 1))
-    change = data.draw(st.sampled_from(["set", "cut", "insert", "delete", "none"]))
-    if change == "set":
-        body[at] = data.draw(st.integers(0, 255))
-    elif change == "cut":
-        del body[at:]
-    elif change == "insert":
-        body[at:at] = data.draw(st.binary(min_size=1, max_size=3))
-    elif change == "delete":
-        del body[at]
-    assert _outcome(decoder, bytes(body)) == _outcome(transactions.decode_tx, bytes(body))
+    decoder.cut([data.draw(st.sampled_from(signed + unsigned))])
+    body = changed(data, data.draw(st.sampled_from(bodies)))
+    assert _cut(decoder, [body]) == [_outcome(body)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_chunk_is_cut_into_decode_txs_results_and_errors(alike, data):
+    """A chunk of records of both kinds, some changed: every record in exactly one group or with
+    its error, and each as decode_tx decodes it, whatever template the decoder held before."""
+    signed, unsigned = alike
+    decoder = transactions.Decoder()
+    if data.draw(st.booleans()):
+        decoder.cut([data.draw(st.sampled_from(signed + unsigned))])
+    chunk = data.draw(st.lists(st.sampled_from(signed + unsigned), min_size=1, max_size=12))
+    chunk = [changed(data, b) if data.draw(st.booleans()) else b for b in chunk]
+    assert _cut(decoder, chunk) == [_outcome(b) for b in chunk]
+
+
+def test_records_all_unlike_are_each_decoded_once(monkeypatch, alike):
+    """A chunk where no record is like another costs a full decode each, and no more than a few
+    array comparisons a record (the templates' budget)."""
+    signed, unsigned = alike
+    mlp = [transactions.encode_tx(t) for t in _txs(mlp_model(), 2)]
+    bodies = [signed[0], mlp[0], unsigned[0], b"\x00", signed[0][:-1]]
+    want = [_outcome(b) for b in bodies]
+    full = []
+    real = transactions.decode_tx
+    monkeypatch.setattr(transactions, "decode_tx", lambda b: full.append(b) or real(b))
+    assert _cut(transactions.Decoder(), bodies) == want
+    assert full == bodies
 
 
 def test_the_decoder_takes_a_new_template_for_another_shape(alike):
@@ -177,7 +212,7 @@ def test_the_decoder_takes_a_new_template_for_another_shape(alike):
     mlp = [transactions.encode_tx(t) for t in _txs(mlp_model(), 2)]
     decoder = transactions.Decoder()
     for body in (signed[0], mlp[0], signed[1], unsigned[0], mlp[1], unsigned[1]):
-        assert decoder(body) == transactions.decode_tx(body)
+        assert _cut(decoder, [body]) == [transactions.decode_tx(body)]
 
 
 # -- faults of the framing: where the file ends -----------------------------------------------

@@ -7,12 +7,17 @@ error (the CvmError code that stopped it).
 
 ``Replayer.run`` takes a chunk of one model's records (raw bytes, as framed in
 the file) and returns their outcomes; it is all a worker does, in this
-process, a worker process or a Ray task.  Per chunk it decodes each record,
-checks the claim's signature first (a forged claim is never executed), checks
-the inputs against the model, then runs every valid transaction of the chunk
-as one batched traced run (cvmvm.vm.batching gives, per transaction, exactly
-the commitments, trace root and ops of a one-by-one run) and compares.  Scheduling
-and reporting are cvmvm.tx.schedule and cvmvm.tx.results.
+process, a worker process or a Ray task.  Per chunk it cuts the records into
+groups of records alike (``transactions.Decoder``: one array of bytes, a column
+per bin, where a record differs from its group's template only in its bins'
+payloads), checks each claim's signature first (a forged claim is never
+executed), checks a group's inputs against the model once (its template's) and
+their values' precision all at once, then runs every valid transaction of the
+chunk as one batched traced run (cvmvm.vm.batching gives, per transaction,
+exactly the commitments, trace root and ops of a one-by-one run) and compares
+each group's claimed bins with the recomputed digests as arrays; a record that
+does not hold is then compared field by field, to name what does not.
+Scheduling and reporting are cvmvm.tx.schedule and cvmvm.tx.results.
 
 A transaction carries its inputs exactly as the program reads them: the
 model's dtype, and int32 values within the declared precision, in the model's
@@ -24,7 +29,7 @@ strings share a receipt (FORMAT.md section 8).
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence, cast
 
 import numpy as np
 
@@ -89,6 +94,13 @@ def _check_inputs(expected: Sequence[tuple[str, str, tuple[int, ...]]], given: t
                                       f"its inputs exactly as the program reads them")
 
 
+def _column(payloads: np.ndarray, dtype: str, count: int, shape: tuple[int, ...]) -> np.ndarray:
+    """An input's values for a batched run, from its payloads (one row of little-endian bytes a run)."""
+    wire = DTYPES[dtype].newbyteorder("<")
+    value = np.ascontiguousarray(payloads).view(wire).astype(DTYPES[dtype], copy=False)
+    return value.reshape((count * shape[0],) + shape[1:])
+
+
 class Replayer:
     """Replays chunks of records; caches each model's batched runner (and a model that
     failed to load, which then fails again at once).  With ``compile``, compiles the hasher
@@ -124,95 +136,135 @@ class Replayer:
     def run(self, model_hash: bytes, items: Sequence[Item]) -> list[Outcome]:
         """The outcome of each record (all naming ``model_hash``), in the order given."""
         outcomes: list[Outcome | None] = [None] * len(items)
-        ready: list[tuple[int, bytes, Receipt, tuple[TxInput, ...]]] = []  # (position, tx id, claim, inputs)
-        decode = self._decoders.get(model_hash) or self._decoders.setdefault(model_hash, transactions.Decoder())
-        sha256, signer = hashlib.sha256, self.signer
-        for k, (index, offset, body) in enumerate(items):
-            tx = sha256(body).digest()
-            try:
-                _, given, claimed = decode(body)
-            except CvmError as e:
-                outcomes[k] = failed(index, offset, tx, e)
-                continue
-            # A receipt's signature and signer hold before its transaction costs any computation.
-            if claimed.signer is not None or signer is not None:
-                bad = receipts.unauthenticated(claimed, signer)
-                if bad:
-                    outcomes[k] = Outcome(index, offset, tx, MISMATCH, bad)
-                    continue
-            ready.append((k, tx, claimed, given))
+        bodies = [body for _, _, body in items]
+        sha256 = hashlib.sha256
+        ids = [sha256(body).digest() for body in bodies]
+
+        def fail(k: int, e: CvmError, model: bytes | None = None) -> None:
+            outcomes[k] = failed(items[k][0], items[k][1], ids[k], e, model)
+
+        decoder = self._decoders.get(model_hash) or self._decoders.setdefault(model_hash, transactions.Decoder())
+        groups, errors = decoder.cut(bodies)
+        for k, e in errors:
+            fail(k, e)
+        ready = [(g, self._authenticated(g, items, ids, outcomes)) for g in groups]
+        ready = [(g, rows) for g, rows in ready if rows]
         if not ready:
             return outcomes  # type: ignore[return-value]
         try:
             batch = self.batch(model_hash)
         except CvmError as e:
-            for k, tx, _, _ in ready:
-                outcomes[k] = failed(items[k][0], items[k][1], tx, e, model_hash)
+            for g, rows in ready:
+                for i in rows:
+                    fail(g.rows[i], e, model_hash)
             return outcomes  # type: ignore[return-value]
         inputs = batch.model.program.model.inputs
         expected = [(i.name, i.type.dtype, i.type.shape) for i in inputs]
-        fitting = []
-        for entry in ready:
-            given = entry[3]
-            # Every input as the model takes it (the common case, at once), else the error that says how not.
-            if len(given) != len(expected) or any(g[:3] != e for g, e in zip(given, expected)):
+        runnable = []
+        for g, rows in ready:
+            # A group's inputs are its template's, but for their data.
+            given = g.template[1]
+            if len(given) != len(expected) or any(i[:3] != e for i, e in zip(given, expected)):
                 try:
                     _check_inputs(expected, given)
                 except CvmError as e:
-                    outcomes[entry[0]] = failed(items[entry[0]][0], items[entry[0]][1], entry[1], e)
+                    for i in rows:
+                        fail(g.rows[i], e)
                     continue
-            fitting.append(entry)
-        ready = self._check_precision(fitting, inputs, items, outcomes)
-        if ready:
-            columns = [self._column(j, inp.type.dtype, [r[3][j].data for r in ready], len(ready), inp.type.shape)
-                       for j, inp in enumerate(inputs)]
-            # One BLAS thread: replay's parallelism is its workers (cvmvm.vm.blas).
-            with one_blas_thread():
-                runs = batch.run_rows(columns, len(ready))
-            names = [i.name for i in inputs]
-            root = self._program_root(model_hash)
-            for (k, tx, claimed, _), got in zip(ready, runs):
-                index, offset, _ = items[k]
-                if isinstance(got, CvmError):
-                    outcomes[k] = failed(index, offset, tx, got)
-                elif (claimed.output_hash == got.output_hash and claimed.trace_root == got.trace_root
-                      and claimed.ops == got.ops and claimed.model_hash == model_hash
-                      and claimed.program_root == root and claimed.inputs == tuple(zip(names, got.commitments))):
-                    # Every recomputed field holds (the common case, compared at once).
-                    outcomes[k] = Outcome(index, offset, tx, OK, (), None, "", got.output_hash, got.trace_root,
-                                          got.ops, None)
-                else:
-                    outcomes[k] = self._compare(index, offset, tx, claimed, model_hash, names, got)
+            rows = self._in_precision(g, rows, inputs, fail)
+            if rows:
+                runnable.append((g, rows))
+        if not runnable:
+            return outcomes  # type: ignore[return-value]
+        count = sum(len(rows) for _, rows in runnable)
+        columns = [_column(np.concatenate([g.columns[1 + j][rows] for g, rows in runnable]), inp.type.dtype,
+                           count, inp.type.shape) for j, inp in enumerate(inputs)]
+        # One BLAS thread: replay's parallelism is its workers (cvmvm.vm.blas).
+        with one_blas_thread():
+            runs = batch.run_rows(columns, count)
+        names = [i.name for i in inputs]
+        root = self._program_root(model_hash)
+        start = 0
+        for g, rows in runnable:
+            self._compare_group(g, rows, runs[start:start + len(rows)], model_hash, root, names, items, ids,
+                                outcomes)
+            start += len(rows)
         return outcomes  # type: ignore[return-value]
 
-    @staticmethod
-    def _column(j: int, dtype: str, datas: list[bytes], count: int, shape: tuple[int, ...]) -> np.ndarray:
-        wire = DTYPES[dtype].newbyteorder("<")
-        value = np.frombuffer(b"".join(datas), dtype=wire).astype(DTYPES[dtype], copy=False)
-        return value.reshape((count * shape[0],) + shape[1:])
+    def _authenticated(self, g: transactions.Alike, items: Sequence[Item], ids: list[bytes],
+                       outcomes: list[Outcome | None]) -> list[int]:
+        """The rows of ``g`` whose receipt's signature and signer hold (a mismatch for the others):
+        checked before a transaction costs any computation."""
+        if g.template[2].signer is None and self.signer is None:
+            return list(range(len(g.rows)))
+        rows = []
+        for i, k in enumerate(g.rows):
+            bad = receipts.unauthenticated(g.decoded(i)[2], self.signer)
+            if bad:
+                outcomes[k] = Outcome(items[k][0], items[k][1], ids[k], MISMATCH, bad)
+            else:
+                rows.append(i)
+        return rows
 
     @staticmethod
-    def _check_precision(ready: list, inputs: Sequence, items: Sequence[Item],
-                         outcomes: list[Outcome | None]) -> list:
-        """Refuse int32 values outside their input's precision (nothing is clipped), all rows at once."""
+    def _in_precision(g: transactions.Alike, rows: list[int], inputs: Sequence,
+                      fail: Callable[[int, CvmError], None]) -> list[int]:
+        """The rows whose int32 values are all within their input's precision (nothing is clipped);
+        the others fail, every row checked at once."""
         for j, inp in enumerate(inputs):
-            if inp.type.dtype != INT32 or inp.type.precision is None or not ready:
+            if inp.type.dtype != INT32 or inp.type.precision is None or not rows:
                 continue
             bound = precision_bound(inp.type.precision)
-            rows = np.frombuffer(b"".join(r[3][j].data for r in ready), dtype="<i4").reshape(len(ready), -1)
-            low, high = rows.min(axis=1), rows.max(axis=1)
-            bad = np.flatnonzero((low < -bound) | (high > bound))
-            for b in bad.tolist():
-                k, tx = ready[b][0], ready[b][1]
-                index, offset, _ = items[k]
+            values = np.ascontiguousarray(g.columns[1 + j][rows]).view("<i4")
+            low, high = values.min(axis=1), values.max(axis=1)
+            bad = np.flatnonzero((low < -bound) | (high > bound)).tolist()
+            for b in bad:
                 value = int(low[b]) if low[b] < -bound else int(high[b])
-                outcomes[k] = failed(index, offset, tx, InputError(
+                fail(g.rows[rows[b]], InputError(
                     "value", f"input {inp.name}: value {value} is outside precision {inp.type.precision} "
                              f"([-{bound}, {bound}]); a transaction carries its inputs as the program reads them"))
-            if len(bad):
-                drop = set(bad.tolist())
-                ready = [r for b, r in enumerate(ready) if b not in drop]
-        return ready
+            if bad:
+                drop = set(bad)
+                rows = [r for b, r in enumerate(rows) if b not in drop]
+        return rows
+
+    def _compare_group(self, g: transactions.Alike, rows: list[int], runs: Sequence[TracedRun | CvmError],
+                       model_hash: bytes, root: bytes, names: list[str], items: Sequence[Item], ids: list[bytes],
+                       outcomes: list[Outcome | None]) -> None:
+        """Each run's outcome: every recomputed field compared with its claim, the whole group at once."""
+        claimed = g.template[2]
+        n = len(g.template[1])
+        done = [i for i, got in enumerate(runs) if not isinstance(got, CvmError)]
+        for i, got in enumerate(runs):
+            if isinstance(got, CvmError):
+                k = g.rows[rows[i]]
+                outcomes[k] = failed(items[k][0], items[k][1], ids[k], got)
+        if not done:
+            return
+        ran = [cast(TracedRun, runs[i]) for i in done]
+        at = np.asarray([rows[i] for i in done], dtype=np.int64)
+
+        def claims(column: int, got: list[bytes] | bytes) -> np.ndarray:
+            want = np.frombuffer(got if isinstance(got, bytes) else b"".join(got), dtype=np.uint8)
+            return (g.columns[column][at] == want.reshape(-1, 32)).all(axis=1)
+
+        # The fields the template fixes for every row (its input names, its ops), then the bins.
+        if [name for name, _ in claimed.inputs] == names and claimed.ops == ran[0].ops:
+            m = len(names)
+            holds = claims(1 + n, model_hash) & claims(2 + n, root)
+            for j in range(m):
+                holds &= claims(3 + n + j, [r.commitments[j] for r in ran])
+            holds &= claims(3 + n + m, [r.output_hash for r in ran]) & claims(4 + n + m, [r.trace_root for r in ran])
+        else:
+            holds = np.zeros(len(done), dtype=bool)
+        for i, got, ok in zip(done, ran, holds.tolist()):
+            k = g.rows[rows[i]]
+            index, offset, _ = items[k]
+            if ok:
+                outcomes[k] = Outcome(index, offset, ids[k], OK, (), None, "", got.output_hash, got.trace_root,
+                                      got.ops, None)
+            else:
+                outcomes[k] = self._compare(index, offset, ids[k], g.decoded(rows[i])[2], model_hash, names, got)
 
     def _compare(self, index: int, offset: int, tx: bytes, claimed: Receipt, model_hash: bytes,
                  names: list[str], got: TracedRun) -> Outcome:

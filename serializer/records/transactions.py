@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import io
-import re
 import struct
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple
+from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Sequence
 
 import msgpack
 import numpy as np
@@ -169,37 +168,90 @@ def decode_tx(body: bytes) -> tuple[bytes, tuple[TxInput, ...], Receipt]:
 Decoded = tuple[bytes, tuple[TxInput, ...], Receipt]
 
 
+class Alike(NamedTuple):
+    """Records of one shape, cut by ``Decoder.cut``: which of the records given they are, and
+    each bin's payloads as a column (row i is record ``rows[i]``'s)."""
+
+    template: Decoded               # one of them, decoded: the others differ from it only in their payloads
+    rows: list[int]                 # positions in the list cut, ascending
+    columns: list[np.ndarray]       # per bin, in ``_payloads``' order: uint8 (len(rows), the bin's length)
+
+    def decoded(self, i: int) -> Decoded:
+        """Row i's record as ``decode_tx`` decodes it."""
+        return _with_payloads(self.template, tuple([c[i].tobytes() for c in self.columns]))
+
+
+class _Template(NamedTuple):
+    decoded: Decoded
+    size: int
+    spans: list[tuple[int, int]]    # each bin's payload
+    fixed: np.ndarray               # every other position
+    literal: np.ndarray             # the template's bytes there
+
+
 class Decoder:
     """``decode_tx`` for records alike (a replay's chunk of one model's transactions): the same
-    result or the same error for every record, most of them read without msgpack.
+    result or the same error for every record, most of them read as one array without msgpack.
 
     Two records of one model differ mostly in their bins' payloads: the inputs' data, the
     commitments, the roots, the signature.  A record of the same length as one ``decode_tx``
     accepted (the template), byte for byte equal to it outside the template's bin payloads, has
     the same msgpack tokens (a bin's header fixes its payload's length, so every payload sits at
     the same offsets), decodes to the same structure with its own payloads, is canonical as the
-    template is, and passes every check ``decode_tx`` makes: none reads a payload's bytes.  Such a
-    record is matched and cut by one regular expression built from the template (literal bytes,
-    then a group of exactly each payload's length); any other is decoded in full, and becomes the
-    template once accepted.
+    template is, and passes every check ``decode_tx`` makes: none reads a payload's bytes.  Such
+    records are matched all at once (their bytes as the rows of one array, compared with the
+    template's outside the payloads) and cut into columns, one per bin; any other is decoded in
+    full, and becomes the template for those left.
     """
 
     def __init__(self) -> None:
-        self._template: tuple[re.Pattern[bytes], Decoded] | None = None
+        self._template: _Template | None = None
 
-    def __call__(self, body: bytes) -> Decoded:
-        if self._template is not None:
-            pattern, template = self._template
-            match = pattern.fullmatch(body)
-            if match is not None:
-                return _with_payloads(template, match.groups())
-        decoded = decode_tx(body)
-        self._template = _template(body, decoded) or self._template
-        return decoded
+    def cut(self, bodies: Sequence[bytes]) -> tuple[list[Alike], list[tuple[int, CvmError]]]:
+        """Every record in one group of records alike, or with the error ``decode_tx`` raises on it."""
+        groups: list[Alike] = []
+        errors: list[tuple[int, CvmError]] = []
+        left = list(range(len(bodies)))
+        # Rows compared against templates, at most a few times the records: records all unlike
+        # each other are decoded one by one, as they would be without templates.
+        budget = 4 * len(bodies)
+        fresh = self._template is not None
+        while left:
+            if fresh and budget > 0:
+                fresh = False
+                t = self._template
+                assert t is not None
+                same = [k for k in left if len(bodies[k]) == t.size]
+                budget -= len(same)
+                if same:
+                    block = np.frombuffer(b"".join([bodies[k] for k in same]), dtype=np.uint8).reshape(len(same), t.size)
+                    hit = (block[:, t.fixed] == t.literal).all(axis=1)
+                    rows = [k for k, h in zip(same, hit.tolist()) if h]
+                    if rows:
+                        block = block[hit]
+                        groups.append(Alike(t.decoded, rows, [block[:, a:b] for a, b in t.spans]))
+                        taken = set(rows)
+                        left = [k for k in left if k not in taken]
+                continue
+            k = left.pop(0)
+            try:
+                decoded = decode_tx(bodies[k])
+            except CvmError as e:
+                errors.append((k, e))
+                continue
+            template = _template(bodies[k], decoded)
+            if template is None or budget <= 0:
+                groups.append(Alike(decoded, [k], [np.frombuffer(p, dtype=np.uint8).reshape(1, -1)
+                                                   for p in _payloads(decoded)]))
+            else:
+                self._template = template
+                left.insert(0, k)   # the template's own record is the first row it cuts
+                fresh = True
+        return groups, errors
 
 
-def _template(body: bytes, decoded: Decoded) -> tuple[re.Pattern[bytes], Decoded] | None:
-    """The pattern of records like ``body``, which decoded to ``decoded``; None where its bins are not
+def _template(body: bytes, decoded: Decoded) -> _Template | None:
+    """The template of records like ``body``, which decoded to ``decoded``; None where its bins are not
     the fields ``_payloads`` names, as they always are (a record that holds them otherwise is never
     cut by a wrong map)."""
     spans: list[tuple[int, int]] = []
@@ -209,9 +261,11 @@ def _template(body: bytes, decoded: Decoded) -> tuple[re.Pattern[bytes], Decoded
         return None
     if [body[a:b] for a, b in spans] != _payloads(decoded):
         return None
-    ends = [0] + [b for _, b in spans]
-    parts = [re.escape(body[end:a]) + b"(.{%d})" % (b - a) for end, (a, b) in zip(ends, spans)]
-    return re.compile(b"".join(parts) + re.escape(body[ends[-1]:]), re.DOTALL), decoded
+    fixed = np.ones(len(body), dtype=bool)
+    for a, b in spans:
+        fixed[a:b] = False
+    where = np.flatnonzero(fixed)
+    return _Template(decoded, len(body), spans, where, np.frombuffer(body, dtype=np.uint8)[where])
 
 
 def _payloads(decoded: Decoded) -> list[bytes]:
