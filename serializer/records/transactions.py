@@ -3,8 +3,8 @@ hash, its inputs and a claimed receipt.
 
 A file is read record by record: a 12-byte header, then one frame per
 transaction (a u32le length and that many bytes of one canonical msgpack
-map), then an end frame (length 0) with the count.  A reader never holds
-more than one record, every record is bounded before it is read, and a
+map), then an end frame (length 0) with the count.  A reader holds one
+record and at most a MiB read ahead, every record is bounded before it is read, and a
 record that does not decode is that transaction's fault alone: the frames
 around it still delimit the others.
 
@@ -393,17 +393,35 @@ def iter_records(f: BinaryIO, what: str) -> Iterator[Record]:
     return frames(f, what)
 
 
+READ_AHEAD = 1 << 20   # bytes read at a time: a frame's length and many small records per read
+
+
+def _read(f: BinaryIO, n: int) -> bytes:
+    """``n`` bytes, fewer only where the stream ends (a pipe's read may give less than asked)."""
+    data = f.read(n)
+    while len(data) < n:
+        more = f.read(n - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
 def frames(f: BinaryIO, what: str) -> Iterator[Record]:
-    offset = HEADER_SIZE
+    offset = HEADER_SIZE   # the file offset of buf[at]
     index = 0
+    buf, at = b"", 0
     while True:
-        prefix = f.read(4)
-        if len(prefix) < 4:
-            raise _fail(f"{what}: truncated at byte {offset + len(prefix)}: the file ends after {index} "
-                        f"transactions, before its end frame")
-        (n,) = _U32.unpack(prefix)
+        if len(buf) - at < 4:
+            buf, at = buf[at:] + _read(f, READ_AHEAD), 0
+            if len(buf) < 4:
+                raise _fail(f"{what}: truncated at byte {offset + len(buf)}: the file ends after {index} "
+                            f"transactions, before its end frame")
+        (n,) = _U32.unpack_from(buf, at)
         if n == 0:
-            tail = f.read(9)
+            tail = buf[at + 4:]
+            if len(tail) < 9:
+                tail += _read(f, 9 - len(tail))
             if len(tail) < 8:
                 raise _fail(f"{what}: truncated at byte {offset + 4 + len(tail)}, inside the end frame")
             (count,) = _U64.unpack_from(tail)
@@ -416,10 +434,16 @@ def frames(f: BinaryIO, what: str) -> Iterator[Record]:
         if n > MAX_RECORD_BYTES:
             raise _fail(f"{what}: transaction {index} at byte {offset}: a record of {n} bytes exceeds "
                         f"{MAX_RECORD_BYTES}")
-        body = f.read(n)
-        if len(body) < n:
-            raise _fail(f"{what}: truncated at byte {offset + 4 + len(body)}, inside transaction {index} "
-                        f"(its record of {n} bytes starts at byte {offset})")
+        end = at + 4 + n
+        if end <= len(buf):
+            body, at = buf[at + 4:end], end
+        else:   # the record runs past what was read: the rest of it, and no more
+            body = buf[at + 4:]
+            body += _read(f, n - len(body))
+            buf, at = b"", 0
+            if len(body) < n:
+                raise _fail(f"{what}: truncated at byte {offset + 4 + len(body)}, inside transaction {index} "
+                            f"(its record of {n} bytes starts at byte {offset})")
         yield Record(index, offset, body)
         offset += 4 + n
         index += 1
