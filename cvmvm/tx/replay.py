@@ -29,7 +29,7 @@ strings share a receipt (FORMAT.md section 8).
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, NamedTuple, Sequence, cast
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from serializer.records.receipt import Receipt
 from serializer.records.transactions import TxInput
 from serializer import sha
 from cvmvm.vm.api import Model
-from cvmvm.vm.batching import Batch, TracedRun
+from cvmvm.vm.batching import Batch, Runs, TracedRun
 from cvmvm.vm.blas import one_thread as one_blas_thread
 from cvmvm.vm.trace import program_layout
 from cvmvm.tx import receipt as receipts
@@ -186,8 +186,7 @@ class Replayer:
         root = self._program_root(model_hash)
         start = 0
         for g, rows in runnable:
-            self._compare_group(g, rows, runs[start:start + len(rows)], model_hash, root, names, items, ids,
-                                outcomes)
+            self._compare_group(g, rows, runs, start, model_hash, root, names, items, ids, outcomes)
             start += len(rows)
         return outcomes  # type: ignore[return-value]
 
@@ -228,42 +227,46 @@ class Replayer:
                 rows = [r for b, r in enumerate(rows) if b not in drop]
         return rows
 
-    def _compare_group(self, g: transactions.Alike, rows: list[int], runs: Sequence[TracedRun | CvmError],
-                       model_hash: bytes, root: bytes, names: list[str], items: Sequence[Item], ids: list[bytes],
+    def _compare_group(self, g: transactions.Alike, rows: list[int], runs: Runs, start: int, model_hash: bytes,
+                       root: bytes, names: list[str], items: Sequence[Item], ids: list[bytes],
                        outcomes: list[Outcome | None]) -> None:
-        """Each run's outcome: every recomputed field compared with its claim, the whole group at once."""
+        """The outcome of each of the group's runs (``runs`` from ``start`` on): every recomputed
+        field compared with its claim, the whole group at once."""
         claimed = g.template[2]
-        n = len(g.template[1])
-        done = [i for i, got in enumerate(runs) if not isinstance(got, CvmError)]
-        for i, got in enumerate(runs):
-            if isinstance(got, CvmError):
+        n, m = len(g.template[1]), len(names)
+        done = [i for i in range(len(rows)) if start + i not in runs.errors]
+        for i in range(len(rows)):
+            if start + i in runs.errors:
                 k = g.rows[rows[i]]
-                outcomes[k] = failed(items[k][0], items[k][1], ids[k], got)
+                outcomes[k] = failed(items[k][0], items[k][1], ids[k], runs.errors[start + i])
         if not done:
             return
-        ran = [cast(TracedRun, runs[i]) for i in done]
         at = np.asarray([rows[i] for i in done], dtype=np.int64)
+        mine = np.asarray(done, dtype=np.int64) + start
+        outputs, roots = runs.output_hashes[mine], runs.trace_roots[mine]
 
-        def claims(column: int, got: list[bytes] | bytes) -> np.ndarray:
-            want = np.frombuffer(got if isinstance(got, bytes) else b"".join(got), dtype=np.uint8)
-            return (g.columns[column][at] == want.reshape(-1, 32)).all(axis=1)
+        def claims(column: int, got: np.ndarray) -> np.ndarray:
+            return (g.columns[column][at] == got).all(axis=1)
 
         # The fields the template fixes for every row (its input names, its ops), then the bins.
-        if [name for name, _ in claimed.inputs] == names and claimed.ops == ran[0].ops:
-            m = len(names)
-            holds = claims(1 + n, model_hash) & claims(2 + n, root)
+        if [name for name, _ in claimed.inputs] == names and claimed.ops == runs.ops:
+            holds = claims(1 + n, np.frombuffer(model_hash, dtype=np.uint8)) & \
+                claims(2 + n, np.frombuffer(root, dtype=np.uint8))
             for j in range(m):
-                holds &= claims(3 + n + j, [r.commitments[j] for r in ran])
-            holds &= claims(3 + n + m, [r.output_hash for r in ran]) & claims(4 + n + m, [r.trace_root for r in ran])
+                holds &= claims(3 + n + j, runs.commitments[mine, j])
+            holds &= claims(3 + n + m, outputs) & claims(4 + n + m, roots)
         else:
             holds = np.zeros(len(done), dtype=bool)
-        for i, got, ok in zip(done, ran, holds.tolist()):
+        output_bytes, root_bytes = outputs.tobytes(), roots.tobytes()
+        for e, (i, ok) in enumerate(zip(done, holds.tolist())):
             k = g.rows[rows[i]]
             index, offset, _ = items[k]
             if ok:
-                outcomes[k] = Outcome(index, offset, ids[k], OK, (), None, "", got.output_hash, got.trace_root,
-                                      got.ops, None)
+                outcomes[k] = Outcome(index, offset, ids[k], OK, (), None, "", output_bytes[32 * e:32 * e + 32],
+                                      root_bytes[32 * e:32 * e + 32], runs.ops, None)
             else:
+                got = runs.item(start + i)
+                assert isinstance(got, TracedRun)
                 outcomes[k] = self._compare(index, offset, ids[k], g.decoded(rows[i])[2], model_hash, names, got)
 
     def _compare(self, index: int, offset: int, tx: bytes, claimed: Receipt, model_hash: bytes,

@@ -94,9 +94,11 @@ def _header(signer: bytes | None) -> bytes:
 
 
 class ResultsFile:
-    """Appends whole lines: each burst of outcomes in one write, so an interrupted
-    run leaves complete lines only (a last line without its newline, possible only if
-    the machine itself fails mid-write, is dropped by ``resume``)."""
+    """Appends whole lines: each burst of outcomes in one write, so an interrupted run leaves
+    complete lines, but for a last one without its newline where the interruption stopped a write
+    part way (a machine that failed mid-write, or a kill -9 between two pages of one write: Linux
+    checks for a fatal signal before each page it copies).  ``resume`` drops such a line, and no
+    reader takes it for one."""
 
     def __init__(self, path: Path, fd: int, done: int) -> None:
         self.path = path

@@ -199,6 +199,63 @@ class TracedRun:
     outputs: tuple[np.ndarray, ...] | None = None  # the outputs in head order, when asked for
 
 
+@dataclass(frozen=True)
+class Runs:
+    """What ``count`` traced runs commit to, run by run as the rows of arrays (uint8): every
+    tensor's commitment by tensor id (count, tensors, 32), the output hashes and the trace roots
+    (count, 32).  A run that failed has its error in ``errors`` and zeros in its rows."""
+
+    commitments: np.ndarray
+    output_hashes: np.ndarray
+    trace_roots: np.ndarray
+    ops: int
+    errors: dict[int, CvmError]
+    outputs: list[tuple[np.ndarray, ...] | None]   # each run's outputs, when asked for (else Nones)
+
+    @property
+    def count(self) -> int:
+        return len(self.outputs)
+
+    def item(self, i: int) -> TracedRun | CvmError:
+        """Run i as one traced run gives it, or its error."""
+        if i in self.errors:
+            return self.errors[i]
+        return TracedRun(tuple(bytes(c) for c in self.commitments[i]), self.output_hashes[i].tobytes(),
+                         self.trace_roots[i].tobytes(), self.ops, self.outputs[i])
+
+
+def _digests(runs: Sequence[TracedRun | CvmError], tensors: int, ops: int) -> Runs:
+    """``runs`` as the rows of arrays."""
+    count = len(runs)
+    commitments = np.zeros((count, tensors, 32), dtype=np.uint8)
+    outputs_ = np.zeros((count, 32), dtype=np.uint8)
+    roots = np.zeros((count, 32), dtype=np.uint8)
+    errors: dict[int, CvmError] = {}
+    for i, run in enumerate(runs):
+        if isinstance(run, CvmError):
+            errors[i] = run
+            continue
+        commitments[i] = np.frombuffer(b"".join(run.commitments), dtype=np.uint8).reshape(tensors, 32)
+        outputs_[i] = np.frombuffer(run.output_hash, dtype=np.uint8)
+        roots[i] = np.frombuffer(run.trace_root, dtype=np.uint8)
+    return Runs(commitments, outputs_, roots, ops, errors,
+                [None if isinstance(r, CvmError) else r.outputs for r in runs])
+
+
+def _joined(parts: Sequence[Runs]) -> Runs:
+    """Runs of several batches, one after another."""
+    if len(parts) == 1:
+        return parts[0]
+    errors: dict[int, CvmError] = {}
+    start = 0
+    for part in parts:
+        errors.update({start + i: e for i, e in part.errors.items()})
+        start += part.count
+    return Runs(np.concatenate([p.commitments for p in parts]), np.concatenate([p.output_hashes for p in parts]),
+                np.concatenate([p.trace_roots for p in parts]), parts[0].ops, errors,
+                [o for p in parts for o in p.outputs])
+
+
 def _row_commitments(value: np.ndarray, committer: Committer, count: int) -> list[bytes]:
     """The commitment of each of ``count`` equal row blocks of ``value`` (each of the committer's
     type).  Stacking along axis 0 keeps each item's committed body contiguous, in either order."""
@@ -227,32 +284,33 @@ class Batch:
         ``feeds`` are prepared inputs (``prepare_feeds``) in the model's input order, one list per run."""
         if not feeds:
             return []
-        return self.run_rows([np.concatenate([f[k] for f in feeds]) for k in range(len(feeds[0]))], len(feeds),
-                             outputs)
+        runs = self.run_rows([np.concatenate([f[k] for f in feeds]) for k in range(len(feeds[0]))], len(feeds), outputs)
+        return [runs.item(i) for i in range(runs.count)]
 
-    def run_rows(self, columns: Sequence[np.ndarray], count: int, outputs: bool = False) -> list[TracedRun | CvmError]:
-        """``run`` of ``count`` runs given as columns: per input, every run's prepared value
-        stacked along axis 0 (run i owns rows [i*r, (i+1)*r) of an input with r rows)."""
-        rows = [t.type.shape[0] for t in self.model.program.model.inputs]
-        results: list[TracedRun | CvmError] = []
+    def run_rows(self, columns: Sequence[np.ndarray], count: int, outputs: bool = False) -> Runs:
+        """``run`` of ``count`` runs given as columns (per input, every run's prepared value stacked
+        along axis 0: run i owns rows [i*r, (i+1)*r) of an input with r rows), as arrays."""
+        program = self.model.program
+        rows = [t.type.shape[0] for t in program.model.inputs]
+        parts: list[Runs] = []
         for start in range(0, count, self.limit):
             n = min(self.limit, count - start)
             part = [c[start * r:(start + n) * r] for c, r in zip(columns, rows)]
             if self.plan is not None and n > 1:
                 if n not in self._stacked:
-                    self._stacked[n] = stacked_program(self.model.program, self.plan, n)
+                    self._stacked[n] = stacked_program(program, self.plan, n)
                 big = self._stacked[n]
                 if big is not None:
                     try:
                         if self._rows is None:
-                            self._rows = RowBodies(self.model.program, self.plan)
-                        results += _run_stacked(self.model, self.plan, big, part, n, outputs, self._rows)
+                            self._rows = RowBodies(program, self.plan)
+                        parts.append(_run_stacked(self.model, self.plan, big, part, n, outputs, self._rows))
                         continue
                     except CvmError:
                         pass  # rerun one at a time below, so each item gets its own error
-            results += [_run_one(self.model, [c[i * r:(i + 1) * r] for c, r in zip(part, rows)], outputs)
-                        for i in range(n)]
-        return results
+            parts.append(_digests([_run_one(self.model, [c[i * r:(i + 1) * r] for c, r in zip(part, rows)], outputs)
+                                   for i in range(n)], len(program.types), program.ops))
+        return _joined(parts) if parts else _digests([], len(program.types), program.ops)
 
 
 def _run_one(model: Verified, feeds: Sequence[np.ndarray], outputs: bool) -> TracedRun | CvmError:
@@ -296,7 +354,6 @@ class RowBodies:
         self.outputs = np.array([(32 * t, 32) for t in heads], dtype=np.int64).reshape(-1, 2), outputs_head(len(heads))
         self.tensors = np.frombuffer(struct.pack("<I", width), dtype=np.uint8)
         self.root = np.array([(0, 68)], dtype=np.int64), trace_head(program_layout(program).root)
-        self.split = struct.Struct("32s" * width)   # a row of commitments -> the tuple of them
 
 
 def _hasher() -> sha.Hasher | None:
@@ -309,7 +366,7 @@ def _hasher() -> sha.Hasher | None:
 
 
 def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program, columns: Sequence[np.ndarray],
-                 count: int, outputs: bool, rows: RowBodies) -> list[TracedRun]:
+                 count: int, outputs: bool, rows: RowBodies) -> Runs:
     program = model.program
     stacked_inputs = {i.name: c for i, c in zip(program.model.inputs, columns)}
     # By tensor id: one commitment per item (stacked), or one shared by every item (a constant).
@@ -344,16 +401,16 @@ def _run_stacked(model: Verified, plan: tuple[bool, ...], big: Program, columns:
         per_item = [tuple(r[i] for r in stacked_rows) for i in range(count)]
     if fast is not None:
         return _finish(fast, rows, commitments, buffer, count, program.ops, per_item)
-    results = []
+    results: list[TracedRun | CvmError] = []
     for own, tree, own_outputs in zip(zip(*commitments), tree_roots(commitments), per_item):
         root = trace_root(layout.root, input_commitment(own[:first_param]), len(own), tree)
         results.append(TracedRun(own, outputs_hash([own[t] for t in heads]), root, program.ops, own_outputs))
-    return results
+    return _digests(results, len(program.types), program.ops)
 
 
 def _finish(fast: sha.Hasher, rows: RowBodies, commitments: list[Any], buffer: np.ndarray, count: int, ops: int,
-            per_item: list[tuple[np.ndarray, ...] | None]) -> list[TracedRun]:
-    """Each item's TracedRun from compiled calls over every item at once: the stacked tensors'
+            per_item: list[tuple[np.ndarray, ...] | None]) -> Runs:
+    """Every item's digests from compiled calls over every item at once: the stacked tensors'
     commitments from the bodies in ``buffer``, the constants' from ``commitments``, then the digests
     (RowBodies), the same bytes as the per-item loop through hashlib."""
     if any(c is None for c in commitments):
@@ -363,13 +420,9 @@ def _finish(fast: sha.Hasher, rows: RowBodies, commitments: list[Any], buffer: n
     levels[:, rows.stacked] = fast.commit_rows(rows.bulk.plan, buffer, rows.bulk.size, count)
     levels[:, rows.shared] = np.frombuffer(b"".join(commitments[t][0] for t in rows.shared),
                                            dtype=np.uint8).reshape(-1, 32)
-    flat = levels.tobytes()
     by_row = levels.reshape(count, -1)
     inputs = fast.gather(by_row, *rows.inputs)
-    outputs = fast.gather(by_row, *rows.outputs).tobytes()
-    trees = fast.tree_roots(levels)   # folds ``levels`` in place
+    outputs = fast.gather(by_row, *rows.outputs)
+    trees = fast.tree_roots(levels.copy())   # folds its argument in place
     seals = np.concatenate([inputs, np.broadcast_to(rows.tensors, (count, 4)), trees], axis=1)
-    roots = fast.gather(seals, *rows.root).tobytes()
-    split, step = rows.split.unpack_from, 32 * width
-    return [TracedRun(split(flat, step * i), outputs[32 * i:32 * i + 32], roots[32 * i:32 * i + 32], ops, own_outputs)
-            for i, own_outputs in enumerate(per_item)]
+    return Runs(levels, outputs, fast.gather(seals, *rows.root), ops, {}, per_item)
