@@ -234,11 +234,12 @@ class Replayer:
         field compared with its claim, the whole group at once."""
         claimed = g.template[2]
         n, m = len(g.template[1]), len(names)
-        done = [i for i in range(len(rows)) if start + i not in runs.errors]
+        errors = runs.errors
+        done = [i for i in range(len(rows)) if start + i not in errors] if errors else list(range(len(rows)))
         for i in range(len(rows)):
-            if start + i in runs.errors:
+            if start + i in errors:
                 k = g.rows[rows[i]]
-                outcomes[k] = failed(items[k][0], items[k][1], ids[k], runs.errors[start + i])
+                outcomes[k] = failed(items[k][0], items[k][1], ids[k], errors[start + i])
         if not done:
             return
         at = np.asarray([rows[i] for i in done], dtype=np.int64)
