@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from isa.errors import CvmError, InputError, InternalError
+from isa.errors import CvmError, InternalError
 from isa.ops.reduce import reduced_axes
 from isa.ops.transform import permutation
 from isa.types import MAX_DIM, MAX_OPS, MAX_SIZE, TensorType
