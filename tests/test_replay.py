@@ -231,12 +231,17 @@ def replayed_alone(model, body: bytes, signer: bytes | None) -> tuple:
     return ("mismatch" if bad else "ok"), bad, None
 
 
+def _bin_spans(body: bytes) -> list[tuple[int, int]]:
+    """Where each bin's payload lies in a record."""
+    spans: list[tuple[int, int]] = []
+    strict.scan(body, transactions._READER, spans)
+    return spans
+
+
 def _in_a_bin(data, body: bytes) -> bytes:
     """``body`` with one byte of one of its bins' payloads changed (a commitment, a root, input
     data, the signature...): still alike its template."""
-    spans: list[tuple[int, int]] = []
-    strict.scan(body, transactions._READER, spans)
-    a, b = data.draw(st.sampled_from(spans))
+    a, b = data.draw(st.sampled_from(_bin_spans(body)))
     at = data.draw(st.integers(a, b - 1))
     return body[:at] + bytes([body[at] ^ data.draw(st.integers(1, 255))]) + body[at + 1:]
 
@@ -267,8 +272,7 @@ def test_every_bin_changed_in_one_chunk(chunks, signer):
     model, store, bodies = chunks
     chunk = list(bodies)
     for body in bodies:
-        spans: list[tuple[int, int]] = []
-        strict.scan(body, transactions._READER, spans)
+        spans = _bin_spans(body)
         chunk += [body[:a] + bytes([body[a] ^ 0x80]) + body[a + 1:] for a, _ in spans]
         chunk += [body[:b - 1] + bytes([body[b - 1] ^ 1]) + body[b:] for _, b in spans]
     items = [(i, 100 * i, b) for i, b in enumerate(chunk)]

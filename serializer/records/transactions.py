@@ -239,8 +239,8 @@ class Decoder:
             except CvmError as e:
                 errors.append((k, e))
                 continue
-            template = _template(bodies[k], decoded)
-            if template is None or budget <= 0:
+            template = _template(bodies[k], decoded) if budget > 0 else None
+            if template is None:
                 groups.append(Alike(decoded, [k], [np.frombuffer(p, dtype=np.uint8).reshape(1, -1)
                                                    for p in _payloads(decoded)]))
             else:
