@@ -27,10 +27,12 @@ ALLOWED = {
 }
 
 # Optional extras only a sub-package may import (the core works without them; cvmvm.vm.blas
-# falls back to leaving BLAS threads alone, cvmvm.vm.native to the numpy kernels and
+# falls back to leaving BLAS threads alone, cvmvm.vm.native to the numpy kernels,
+# serializer.sha to hashlib, serializer.sha_lanes to libcrypto's one message at a time and
 # cvmvm.tx.ed25519 to OpenSSL, which changes timing only).
 EXTRAS = {"cvmvm.importer": {"onnx", "tqdm"}, "cvmvm.cli.tx": {"tqdm"}, "cvmvm.vm.blas": {"threadpoolctl"},
           "cvmvm.vm.native": {"numba"}, "serializer.sha": {"numba"},
+          "serializer.sha_lanes": {"llvmlite"},
           "cvmvm.tx.ed25519": {"nacl"}}
 
 # Inside cvmvm: a module may import cvmvm modules of its own sub-layer or a lower one.

@@ -437,6 +437,131 @@ def test_hasher_commits_rows_as_the_bulk_committer(types, count, seed):
     assert [[bytes(c) for c in item] for item in got] == [bulk.commit(bodies) for _, bodies, _ in items]
 
 
+_lanes: list = []
+
+
+def _lane_hasher():
+    """The compiled hasher with serializer.sha_lanes' sixteen lanes, on any CPU (the hasher itself
+    takes them only where they are fast)."""
+    if not _lanes:
+        from serializer import sha_lanes
+        _lanes.append(sha_lanes.compile_lanes(hashing.LEAF, hashing.INNER))
+    assert _lanes[0] is not None, "llvmlite compiles the lanes"
+    return _hasher()._replace(lanes=_lanes[0])
+
+
+def rows_of(types, count, seed):
+    """``count`` items' bodies laid end to end, and each item's commitments through hashlib."""
+    items = [filled_bodies(types, seed + k) for k in range(count)]
+    bulk = items[0][0]
+    rows = np.zeros(count * bulk.size, dtype=np.uint8)
+    for k, dest in enumerate(bulk.row_dests(rows, count)):
+        np.copyto(dest, np.stack([values[k] for _, _, values in items]), casting="unsafe")
+    return bulk, rows, [bulk.commit(bodies) for _, bodies, _ in items]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(tensor_types(), min_size=1, max_size=4), st.integers(16, 40), st.integers(0, 2**32 - 1))
+def test_lanes_commit_rows_as_the_bulk_committer(types, count, seed):
+    """Sixteen items at a time in lanes, and the rest one by one: each item's commitments are those
+    of its own bodies, through hashlib."""
+    bulk, rows, want = rows_of(types, count, seed)
+    got = _lane_hasher().commit_rows(bulk.plan, rows, bulk.size, count)
+    assert [[bytes(c) for c in item] for item in got] == want
+
+
+def test_lanes_pad_every_length_at_the_block_edges():
+    """Chunk messages (0x00 || chunk) of every length around SHA-256's block and padding edges
+    (55, 56, 63, 64, 65 bytes, ...), chunks of 4096 and a short one, in three groups of lanes."""
+    lengths = [1, 2, 53, 54, 55, 56, 62, 63, 64, 118, 119, 120, 126, 127, 128, 255, 256, 4096, 4097, 8191]
+    types = [TensorType((n,), 8) for n in lengths]
+    bulk, rows, want = rows_of(types, 48, 7)
+    got = _lane_hasher().commit_rows(bulk.plan, rows, bulk.size, 48)
+    assert [[bytes(c) for c in item] for item in got] == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 40), st.integers(0, 2**32 - 1))
+def test_lanes_fold_trees_as_hashlib(trees, leaves, seed):
+    """Trees of every leaf count (odd levels carry their last node up) sixteen at a time in lanes,
+    and the rest one by one."""
+    levels = np.random.default_rng(seed).integers(0, 256, size=(trees, leaves, 32), dtype=np.uint8)
+    want = [tree_root([bytes(leaf) for leaf in tree]) for tree in levels]
+    assert [bytes(root) for root in _lane_hasher().tree_roots(levels)] == want
+
+
+def test_lanes_leave_fewer_than_sixteen_items_to_libcrypto():
+    h = _lane_hasher()
+    types = [TensorType((3, 5), 16)]
+    for count, done in ((1, 0), (15, 0), (16, 16), (17, 16), (33, 32)):
+        bulk, rows, want = rows_of(types, count, count)
+        got = h.commit_rows(bulk.plan, rows, bulk.size, count)
+        assert [[bytes(c) for c in item] for item in got] == want
+        assert h.lanes.commit(bulk.plan, rows, bulk.size, count, np.empty(32 * count, np.uint8)) == done
+        assert h.lanes.fold(np.zeros((count, 3, 32), np.uint8)) == done
+
+
+def test_lanes_refuse_what_is_not_within_its_buffers():
+    """The compiled code reads and writes where it is told: every extent is checked before it runs."""
+    h = _lane_hasher()
+    bulk, rows, _ = rows_of([TensorType((3, 5), 16), TensorType((300,), 8)], 16, 1)
+    plan, out = bulk.plan, np.empty(32 * 2 * 16, np.uint8)
+    bad_plans = [plan._replace(chunks=plan.chunks + bulk.size), plan._replace(chunks=plan.chunks[:, ::-1].copy()),
+                 plan._replace(pairs=plan.pairs + 100), plan._replace(roots=plan.roots + 100),
+                 plan._replace(spans=plan.spans + 1), plan._replace(chunks=plan.chunks[:0])]
+    for bad in bad_plans:
+        with pytest.raises(InternalError):
+            h.lanes.commit(bad, rows, bulk.size, 16, out)
+    for buffer, out_ in ((rows[:15 * bulk.size], out), (rows, out[:-1]), (rows.view(np.int8), out), (rows, out[::2])):
+        with pytest.raises(InternalError):
+            h.lanes.commit(plan, buffer, bulk.size, 16, out_)
+    for levels in (np.zeros((16, 3, 31), np.uint8), np.zeros((16, 3, 32), np.int8), np.zeros((16, 6, 32), np.uint8)[:, ::2]):
+        with pytest.raises(InternalError):
+            h.lanes.fold(levels)
+
+
+def test_the_hasher_takes_lanes_only_where_they_are_fast(monkeypatch):
+    from serializer import sha_lanes
+    monkeypatch.setattr(sha_lanes, "fast_here", lambda: False)
+    h = sha._compile_hasher()
+    assert h is not None and h.lanes is None
+    monkeypatch.setattr(sha_lanes, "fast_here", lambda: True)
+    h = sha._compile_hasher()
+    assert h is not None and h.lanes is not None
+
+
+@pytest.mark.parametrize("part", ["commit", "fold"])
+def test_the_hasher_drops_lanes_whose_answers_are_not_hashlibs(monkeypatch, part):
+    """Lanes that commit or fold to one wrong byte are not used; the hasher keeps libcrypto."""
+    from serializer import sha_lanes
+
+    compile_lanes = sha_lanes.compile_lanes
+
+    def wrong(leaf, inner):
+        right = compile_lanes(leaf, inner)
+
+        def commit(plan, buffer, size, count, out):
+            done = right.commit(plan, buffer, size, count, out)
+            out[:32] ^= 1
+            return done
+
+        def fold(levels):
+            done = right.fold(levels)
+            levels[0, 0, 0] ^= 1
+            return done
+        return right._replace(**{part: commit if part == "commit" else fold})
+    monkeypatch.setattr(sha_lanes, "fast_here", lambda: True)
+    monkeypatch.setattr(sha_lanes, "compile_lanes", wrong)
+    h = sha._compile_hasher()
+    assert h is not None and h.lanes is None
+
+
+def test_no_lanes_without_llvm(monkeypatch):
+    from serializer import sha_lanes
+    monkeypatch.setattr(sha_lanes, "_machine_code", lambda: None)
+    assert sha_lanes.compile_lanes(hashing.LEAF, hashing.INNER) is None
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.integers(1, 40000), st.sampled_from([1, 7, 64, 256, 4096]), st.integers(0, 2**32 - 1))
 def test_hasher_blocks_root(length, size, seed):
