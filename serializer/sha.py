@@ -151,7 +151,7 @@ _hashers: list[Hasher | None] = []
 
 
 def hasher() -> Hasher | None:
-    """The compiled hasher, compiled on first use (some 3 s, once per process); None without
+    """The compiled hasher, compiled on first use (some 3.5-4 s, once per process); None without
     numba or libcrypto's SHA-256, or where its answers are not hashlib's."""
     return compile_once(_hashers, _compile_hasher)
 

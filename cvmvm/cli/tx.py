@@ -371,8 +371,8 @@ def add_commands(command: Command) -> None:
                    help="most transactions in one batched run")
     p.add_argument("--signer", metavar="PUBKEY", help="require every receipt signed by this Ed25519 public key")
     p.add_argument("--compile", action="store_true",
-                   help="each worker compiles its hashing first (the 'speed' extra: about 3 s, then some 30 us less "
-                        "a transaction); without it a worker compiles after 100,000 transactions")
+                   help="each worker compiles its hashing first (the 'speed' extra: about 4 s, then some 30-48 us less "
+                        "a digits transaction); without it a worker compiles after 100,000 transactions")
     p.add_argument("--output", metavar="RESULTS.jsonl", help="stream one JSON line per transaction to this new file")
     p.add_argument("--resume", action="store_true", help="continue the --output file of an interrupted replay")
     p.add_argument("--all", action="store_true", help="print a line for every transaction, not only those that "

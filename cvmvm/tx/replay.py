@@ -104,7 +104,7 @@ def _column(payloads: np.ndarray, dtype: str, count: int, shape: tuple[int, ...]
 class Replayer:
     """Replays chunks of records; caches each model's batched runner (and a model that
     failed to load, which then fails again at once).  With ``compile``, compiles the hasher
-    first (serializer.sha: some 3 s with the ``speed`` extra, nothing without it), which
+    first (serializer.sha: some 4 s with the ``speed`` extra, nothing without it), which
     a process otherwise does after cvmvm.vm.batching.HASH_WARM_ITEMS transactions: a long
     replay's workers save the wait."""
 

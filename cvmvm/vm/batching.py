@@ -40,9 +40,10 @@ from cvmvm.vm.verify import Program, Step, verify
 BATCH_BYTES = 1 << 28   # tensor bytes one batch may hold, summed over every batched tensor
 # A process commits stacked runs' items through the compiled hasher (serializer.sha) once it has
 # compiled it (Model.compile, or a compiled model's traced run), or once its stacked runs have
-# committed this many items: compiling takes some 3 s, once, and saves about 30 us an item of a
-# small model (a replayed digits transaction: 67 us through hashlib, 35 compiled), so by then the
-# items have cost what compiling costs, the ski-rental bound native.WARM_RUNS keeps too.
+# committed this many items: compiling takes some 3.5-4 s, once, and saves 30-48 us an item of a
+# small model (a replayed digits transaction: 65 us through hashlib, 35 compiled, 17 where
+# serializer.sha_lanes hashes sixteen items at once), so by then the items have cost about what
+# compiling costs (83,000 to 117,000 items), the ski-rental bound native.WARM_RUNS keeps too.
 HASH_WARM_ITEMS = 100_000
 _committed = [0]   # items committed by this process's stacked runs (a race only moves when it compiles)
 
