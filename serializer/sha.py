@@ -84,14 +84,14 @@ class Hasher(NamedTuple):
         return self._commit(plan, buffer, size, count).reshape(count, len(plan.roots), 32)
 
     def _commit(self, plan: BulkPlan, buffer: np.ndarray, size: int, count: int) -> np.ndarray:
-        nodes = np.empty(32 * (len(plan.chunks) + len(plan.pairs)), dtype=np.uint8)
         out = np.empty(32 * count * len(plan.roots), dtype=np.uint8)
         # Sixteen items at a time where the lanes are here, then the rest one by one: the same bytes
         # (_known_answers).
         done = 0 if self.lanes is None else self.lanes.commit(plan, buffer, size, count, out)
         if done < count and self.bulk(buffer[done * size:], size, count - done, plan.chunks, plan.pairs, plan.roots,
-                                      plan.prefixes, plan.spans, nodes, out[32 * done * len(plan.roots):],
-                                      np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
+                                      plan.prefixes, plan.spans,
+                                      np.empty(32 * (len(plan.chunks) + len(plan.pairs)), dtype=np.uint8),
+                                      out[32 * done * len(plan.roots):], np.empty(_CTX_BYTES, dtype=np.uint8)) != 0:
             raise InternalError("hash", "libcrypto's SHA-256 failed")
         return out
 
@@ -309,7 +309,8 @@ def _compile_hasher() -> Hasher | None:
         return None
     lanes = _compile_lanes()
     with_lanes = compiled._replace(lanes=lanes)
-    return with_lanes if lanes is not None and _known_lane_answers(with_lanes) else compiled
+    # Two groups of sixteen and three more, so that the lanes and libcrypto both answer.
+    return with_lanes if lanes is not None and _known_answers(with_lanes, 35) else compiled
 
 
 def _compile_lanes() -> Any:
@@ -322,59 +323,28 @@ def _compile_lanes() -> Any:
     return sha_lanes.compile_lanes(LEAF, INNER) if sha_lanes.fast_here() else None
 
 
-def _known_lane_answers(h: Hasher) -> bool:
-    """Items committed sixteen at a time (two groups and three more, alike) against hashlib's, for
-    tensors of every lane width and chunk size: a chunk of 256 bytes and a short one, many chunks
-    of 4096 and a short one, commitments of several prefix lengths; and trees of 1 to 9 leaves,
-    35 at once."""
-    rng = np.random.default_rng(20261129)
-    for leaves in range(1, 10):
-        levels = rng.integers(0, 256, size=(35, leaves, 32), dtype=np.uint8)
-        want = [tree_root([bytes(leaf) for leaf in tree]) for tree in levels]
-        if [bytes(root) for root in h.tree_roots(levels)] != want:
-            return False
-    types = [TensorType((3,), 8), TensorType((2, 70), 16), TensorType((1, 4, 5, 6), 21), TensorType((5000,), 8),
-             TensorType((1, 2, 3, 300), 31)]
-    bulk = BulkCommitter(types)
-    count = 35
-    rows = np.zeros(count * bulk.size, dtype=np.uint8)
-    values = []
-    for t in types:
-        bound = precision_bound(cast(int, t.precision))
-        values.append(rng.integers(-bound, bound + 1, size=(count,) + t.shape, dtype=np.int64))
-    for dest, value in zip(bulk.row_dests(rows, count), values):
-        np.copyto(dest, value, casting="unsafe")
-    got = h.commit_rows(bulk.plan, rows, bulk.size, count)
-    for i in range(count):
-        bodies = bulk.bodies()
-        for dest, value in zip(bodies.dests, values):
-            np.copyto(dest, value[i], casting="unsafe")
-        if [bytes(c) for c in got[i]] != bulk.commit(bodies):
-            return False
-    return True
-
-
-def _known_answers(h: Hasher) -> bool:
+def _known_answers(h: Hasher, count: int = 3) -> bool:
     """The compiled hasher against hashlib (serializer.hashing) on trees of 1 to 9 leaves, one at a
-    time and three at once, on chunk trees of bodies of 1 to 3 chunks and a part chunk, and on
-    tensors of every lane width, one chunk and several, one item at a time and three laid end to
-    end."""
+    time and ``count`` at once, on chunk trees of bodies of 1 to 3 chunks and a part chunk, and on
+    tensors of every lane width, one chunk of 256 bytes or a short one, several of 4096 and a short
+    one, one item at a time and ``count`` laid end to end."""
     rng = np.random.default_rng(20261128)
     for length in (1, 4095, 4096, 4097, 3 * 4096 + 7):
         body = rng.integers(0, 256, size=length, dtype=np.uint8)
         if h.blocks_root(body, 4096) != blocks_root(body.data, 4096):
             return False
-    for count in range(1, 10):
-        trees = [[rng.bytes(32) for _ in range(count)] for _ in range(3)]
+    for leaves in range(1, 10):
+        trees = [[rng.bytes(32) for _ in range(leaves)] for _ in range(count)]
         if h.tree_root(trees[0]) != tree_root(trees[0]):
             return False
-        levels = np.frombuffer(b"".join(b"".join(t) for t in trees), dtype=np.uint8).reshape(3, count, 32).copy()
+        levels = np.frombuffer(b"".join(b"".join(t) for t in trees), dtype=np.uint8).reshape(count, leaves, 32).copy()
         if [bytes(r) for r in h.tree_roots(levels)] != [tree_root(t) for t in trees]:
             return False
-    types = [TensorType((3,), 8), TensorType((2, 70), 16), TensorType((1, 4, 5, 6), 21), TensorType((300,), 32)]
+    types = [TensorType((3,), 8), TensorType((2, 70), 16), TensorType((1, 4, 5, 6), 21), TensorType((300,), 32),
+             TensorType((5000,), 8), TensorType((1, 2, 3, 300), 31)]
     bulk = BulkCommitter(types)
     items = []
-    for _ in range(3):
+    for _ in range(count):
         bodies = bulk.bodies()
         for dest, t in zip(bodies.dests, types):
             bound = precision_bound(cast(int, t.precision))
@@ -382,13 +352,13 @@ def _known_answers(h: Hasher) -> bool:
         if h.commit(bulk.plan, bodies.buffer) != bulk.commit(bodies):
             return False
         items.append(bodies)
-    rows = np.zeros(3 * bulk.size, dtype=np.uint8)
-    for dest, k in zip(bulk.row_dests(rows, 3), range(len(types))):
+    rows = np.zeros(count * bulk.size, dtype=np.uint8)
+    for dest, k in zip(bulk.row_dests(rows, count), range(len(types))):
         np.copyto(dest, np.stack([b.dests[k] for b in items]))
-    got = h.commit_rows(bulk.plan, rows, bulk.size, 3)
+    got = h.commit_rows(bulk.plan, rows, bulk.size, count)
     if [[bytes(c) for c in item] for item in got] != [bulk.commit(b) for b in items]:
         return False
-    lines = rng.integers(0, 256, size=(3, 100), dtype=np.uint8)
+    lines = rng.integers(0, 256, size=(count, 100), dtype=np.uint8)
     segments = np.array([[64, 32], [0, 0], [5, 31], [99, 1]], dtype=np.int64)
     want = [hashlib.sha256(b"head" + b"".join(bytes(r[s:s + n]) for s, n in segments.tolist())).digest() for r in lines]
     return [bytes(d) for d in h.gather(lines, segments, b"head")] == want

@@ -391,6 +391,16 @@ def test_lanes_written_as_numpy_writes_them(types, seed):
     native.lane_writer()(arena, np.array(rows, dtype=np.int64), buffer)
     assert buffer.tobytes() == bodies.buffer.tobytes()
 
+def rows_of(types, count, seed):
+    """``count`` items' bodies laid end to end, and each item's commitments through hashlib."""
+    items = [filled_bodies(types, seed + k) for k in range(count)]
+    bulk = items[0][0]
+    rows = np.zeros(count * bulk.size, dtype=np.uint8)
+    for k, dest in enumerate(bulk.row_dests(rows, count)):
+        np.copyto(dest, np.stack([values[k] for _, _, values in items]), casting="unsafe")
+    return bulk, rows, [bulk.commit(bodies) for _, bodies, _ in items]
+
+
 def _hasher():
     h = sha.hasher()
     assert h is not None, "numba and libcrypto's SHA-256 are here"
@@ -427,14 +437,10 @@ def test_hasher_refuses_what_is_not_a_tree():
 def test_hasher_commits_rows_as_the_bulk_committer(types, count, seed):
     """``count`` items' bodies laid end to end (BulkCommitter.row_dests, as a stacked run writes them):
     each item's commitments are those of its own bodies, through hashlib."""
-    items = [filled_bodies(types, seed + k) for k in range(count)]
-    bulk = items[0][0]
-    rows = np.zeros(count * bulk.size, dtype=np.uint8)
-    for k, dest in enumerate(bulk.row_dests(rows, count)):
-        np.copyto(dest, np.stack([values[k] for _, _, values in items]), casting="unsafe")
+    bulk, rows, want = rows_of(types, count, seed)
     got = _hasher().commit_rows(bulk.plan, rows, bulk.size, count)
     assert got.shape == (count, len(types), 32)
-    assert [[bytes(c) for c in item] for item in got] == [bulk.commit(bodies) for _, bodies, _ in items]
+    assert [[bytes(c) for c in item] for item in got] == want
 
 
 _lanes: list = []
@@ -448,16 +454,6 @@ def _lane_hasher():
         _lanes.append(sha_lanes.compile_lanes(hashing.LEAF, hashing.INNER))
     assert _lanes[0] is not None, "llvmlite compiles the lanes"
     return _hasher()._replace(lanes=_lanes[0])
-
-
-def rows_of(types, count, seed):
-    """``count`` items' bodies laid end to end, and each item's commitments through hashlib."""
-    items = [filled_bodies(types, seed + k) for k in range(count)]
-    bulk = items[0][0]
-    rows = np.zeros(count * bulk.size, dtype=np.uint8)
-    for k, dest in enumerate(bulk.row_dests(rows, count)):
-        np.copyto(dest, np.stack([values[k] for _, _, values in items]), casting="unsafe")
-    return bulk, rows, [bulk.commit(bodies) for _, bodies, _ in items]
 
 
 @settings(max_examples=40, deadline=None)
