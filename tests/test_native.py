@@ -391,6 +391,7 @@ def test_lanes_written_as_numpy_writes_them(types, seed):
     native.lane_writer()(arena, np.array(rows, dtype=np.int64), buffer)
     assert buffer.tobytes() == bodies.buffer.tobytes()
 
+
 def rows_of(types, count, seed):
     """``count`` items' bodies laid end to end, and each item's commitments through hashlib."""
     items = [filled_bodies(types, seed + k) for k in range(count)]
