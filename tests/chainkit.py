@@ -20,6 +20,7 @@ from tests.test_models import generate
 
 ARTIFACT = Path(__file__).resolve().parent.parent / "cvmvm" / "tx" / "solidity" / "artifact.json"
 VERIFY = bytes.fromhex("6efef009")   # verify(bytes,bytes32,bytes32,bytes32)
+VERIFY_OUTPUTS = bytes.fromhex("57a2dc42")   # verifyOutputs(bytes,bytes32,bytes32,bytes32,bytes32)
 ERROR = bytes.fromhex("08c379a0")    # Error(string)
 
 
@@ -86,6 +87,21 @@ def verifier(boa) -> Callable[[bytes, tuple[bytes, bytes, bytes]], str | None]:
 
     def call(proof: bytes, roots: tuple[bytes, bytes, bytes]) -> str | None:
         data = VERIFY + encode(["bytes", "bytes32", "bytes32", "bytes32"], [proof, *roots])
+        c = boa.env.execute_code(to_address=address, data=data, gas=30_000_000)
+        return reason(c.output) if c.is_error else None
+
+    return call
+
+
+def outputs_verifier(boa) -> Callable[[bytes, tuple[bytes, bytes, bytes], bytes], str | None]:
+    """CvmStep.verifyOutputs in py-evm: None when the outputs proof refutes the output hash, else
+    the revert reason."""
+    from eth_abi import encode
+    address = deploy(boa, "CvmStep")
+
+    def call(proof: bytes, roots: tuple[bytes, bytes, bytes], output_hash: bytes) -> str | None:
+        data = VERIFY_OUTPUTS + encode(["bytes", "bytes32", "bytes32", "bytes32", "bytes32"],
+                                       [proof, *roots, output_hash])
         c = boa.env.execute_code(to_address=address, data=data, gas=30_000_000)
         return reason(c.output) if c.is_error else None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,14 +18,16 @@ import pytest
 boa = pytest.importorskip("boa")
 from eth_abi import encode  # noqa: E402
 
-from serializer.hashing import audit_path, leaf_hash, program_root, trace_root, tree_levels  # noqa: E402
-from serializer.records.stepproof import Chunk, Operand, Result, StepProof, calldata_proof  # noqa: E402
+from serializer.hashing import audit_path, leaf_hash, outputs_hash, program_root, trace_root, tree_levels  # noqa: E402
+from serializer.records.stepproof import (Chunk, Head, Operand, Result, StepProof, calldata_proof,  # noqa: E402
+                                          outputs_calldata_proof)
 from cvmvm.vm.api import single_op_model  # noqa: E402
 from cvmvm.vm.execute import execute  # noqa: E402
 from cvmvm.vm.trace import program_layout  # noqa: E402
 from cvmvm.tx import contract  # noqa: E402
-from cvmvm.tx.stepproof import chunks_of  # noqa: E402
-from tests.chainkit import ARTIFACT, Run, artifact, reason, verifier as make_verifier  # noqa: E402
+from cvmvm.tx.stepproof import chunks_of, prove_outputs  # noqa: E402
+from tests.chainkit import (ARTIFACT, VERIFY_OUTPUTS, Run, artifact, reason,  # noqa: E402
+                            outputs_verifier as make_outputs_verifier, verifier as make_verifier)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -245,6 +248,71 @@ def test_revert_malformed_record(verifier):
     assert verifier(calldata_proof(p), roots) == "proof: record"
 
 
+@pytest.fixture(scope="module")
+def outputs_verifier():
+    from eth_utils import function_signature_to_4byte_selector
+    signature = "verifyOutputs(bytes,bytes32,bytes32,bytes32,bytes32)"
+    assert VERIFY_OUTPUTS == function_signature_to_4byte_selector(signature)
+    return make_outputs_verifier(boa)
+
+
+def outputs_proof(run: Run, heads: tuple[Head, ...] | None = None, counts: tuple[int, ...] | None = None,
+                  inputs: tuple[bytes, ...] | None = None) -> bytes:
+    layout = program_layout(run.program)
+    return outputs_calldata_proof(counts or layout.counts, inputs or run.trace.commitments[:layout.counts[0]],
+                                  prove_outputs(run.program, run.trace) if heads is None else heads)
+
+
+def test_outputs_revert_reasons(outputs_verifier, digits_run):
+    """Every way an outputs proof (FORMAT.md 10.2) can fail, each with its documented reason."""
+    run = digits_run
+    right = outputs_hash([run.trace.commitments[t] for t in run.program.model.outputs])
+    wrong = b"\1" * 32
+    good = outputs_proof(run)
+    (head,) = prove_outputs(run.program, run.trace)
+    root, inputs, trace = run.roots
+    assert outputs_verifier(good, run.roots, wrong) is None
+    assert outputs_verifier(good, run.roots, right) == "outputs correct"
+    assert outputs_verifier(good[:-1], run.roots, wrong) == "proof: truncated"
+    assert outputs_verifier(good + b"\0", run.roots, wrong) == "proof: trailing bytes"
+    assert outputs_verifier(b"\x02" + good[1:], run.roots, wrong) == "proof: version"
+    counts = program_layout(run.program).counts
+    assert outputs_verifier(outputs_proof(run, heads=(), counts=(*counts[:3], 0, counts[4])), run.roots,
+                            wrong) == "proof: counts"
+    assert outputs_verifier(outputs_proof(run, heads=(dataclasses.replace(head, tensor=counts[4]),)), run.roots,
+                            wrong) == "proof: record"
+    # The head's record names the tensor: another tensor, with its own commitment and trace path,
+    # is not the program's head.
+    other = run.program.steps[-2].outputs[0]
+    impostor = Head(other, run.trace.commitments[other], head.record_path, tuple(run.trace.path(other)))
+    assert outputs_verifier(outputs_proof(run, heads=(impostor,)), run.roots, wrong) == "head not in program"
+    bent = dataclasses.replace(head, record_path=(b"\1" * 32, *head.record_path[1:]))
+    assert outputs_verifier(outputs_proof(run, heads=(bent,)), run.roots, wrong) == "head not in program"
+    assert outputs_verifier(good, (b"\1" * 32, inputs, trace), wrong) == "head not in program"
+    forged = dataclasses.replace(head, commitment=b"\1" * 32)
+    assert outputs_verifier(outputs_proof(run, heads=(forged,)), run.roots, wrong) == "trace root mismatch"
+    assert outputs_verifier(good, (root, inputs, b"\1" * 32), wrong) == "trace root mismatch"
+    assert outputs_verifier(good, (root, b"\1" * 32, trace), wrong) == "inputs not committed"
+
+
+def test_outputs_revert_reasons_of_a_second_head(outputs_verifier):
+    """With two heads, each record must climb to the same program tree, and the heads' paths to
+    the same trace tree."""
+    x = np.arange(-8, 8, dtype=np.int32).reshape(1, 1, 4, 4)
+    run = one_op("max_pool", [x], {"kernel_shape": (2, 2), "strides": (2, 2), "dilations": (1, 1),
+                                   "pads": (0, 0, 0, 0), "auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0,
+                                   "index_axis": 0, "index_dtype": "int64"}, [8])
+    first, second = prove_outputs(run.program, run.trace)
+    assert outputs_verifier(outputs_proof(run), run.roots, b"\1" * 32) is None
+    bent = dataclasses.replace(second, record_path=(b"\1" * 32, *second.record_path[1:]))
+    assert outputs_verifier(outputs_proof(run, heads=(first, bent)), run.roots, b"\1" * 32) == "head not in program"
+    swapped = (dataclasses.replace(first, record_path=second.record_path),
+               dataclasses.replace(second, record_path=first.record_path))
+    assert outputs_verifier(outputs_proof(run, heads=swapped), run.roots, b"\1" * 32) == "head not in program"
+    forged = dataclasses.replace(second, commitment=b"\1" * 32)
+    assert outputs_verifier(outputs_proof(run, heads=(first, forged)), run.roots, b"\1" * 32) == "operand not included"
+
+
 # -- the artifact -------------------------------------------------------------------------------
 
 def test_package_data_is_what_the_pinned_compiler_builds(tmp_path):
@@ -257,6 +325,23 @@ def test_package_data_is_what_the_pinned_compiler_builds(tmp_path):
     assert out == ARTIFACT.read_text()
     lock = json.loads((REPO / "package-lock.json").read_text())
     assert artifact()["compiler"].startswith(lock["packages"]["node_modules/solc"]["version"] + "+")
+
+
+def test_every_revert_reason_is_documented_and_tested():
+    """Every require of the contracts has a reason; the reasons are exactly FORMAT.md 10.4's, and a
+    test expects each one."""
+    source = "".join(p.read_text() for p in sorted(ARTIFACT.parent.glob("*.sol")))
+    requires = re.findall(r"\brequire\(([^;]*)\);", source)
+    assert requires and all(re.search(r',\s*"[^"]+"\s*$', r) for r in requires), "a require without a reason"
+    reasons = {re.search(r'"([^"]*)"\s*$', r).group(1) for r in requires}
+    reasons |= {literal for statement in re.findall(r"\brevert\(([^;{}]*)\);", source)
+                for literal in re.findall(r'"([^"]*)"', statement)}
+    format_md = (REPO / "docs" / "FORMAT.md").read_text()
+    table = format_md[format_md.index("### 10.4 Revert reasons"):format_md.index("### 10.5")]
+    first_cells = [row.split("|")[1] for row in table.splitlines() if row.startswith("| `")]
+    assert reasons == {r for cell in first_cells for r in re.findall(r"`([^`]+)`", cell)}
+    tests = "".join(p.read_text() for p in sorted((REPO / "tests").glob("*.py")))
+    assert {r for r in reasons if f'"{r}"' not in tests} == set()
 
 
 def test_code_fits_eip_170():
@@ -305,7 +390,6 @@ def test_outputs_challenge(challenge_contract, tmp_path, capsys):
     """A commitment pairing an honest trace with a wrong output hash is refuted by
     `cvmvm prove-outputs`'s calldata; one with the right output hash is not."""
     from eth_utils import function_signature_to_4byte_selector
-    from serializer.hashing import outputs_hash
     from serializer.records.stepproof import CHALLENGE_OUTPUTS_SELECTOR
     from serializer.records.trace import trace_bytes
     from cvmvm.vm.trace import trace_to_json
