@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 boa = pytest.importorskip("boa")
 from eth_abi import encode  # noqa: E402
@@ -113,6 +114,46 @@ def test_every_flipped_byte_of_a_fraud_proof_reverts(verifier, digits_run, step)
     for k in range(len(proof)):
         flipped = proof[:k] + bytes([proof[k] ^ 0x01]) + proof[k + 1:]
         assert check(verifier, bad, flipped) is not None, k
+
+
+def mutate(data: st.DataObject, proof: bytes, donor: bytes) -> bytes:
+    """One to three edits of a proof: a byte set to any value, bytes inserted or deleted, the end
+    cut, or a 32-byte window copied from elsewhere in it or from another instruction's proof."""
+    out = bytearray(proof)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(out)))
+        kind = data.draw(st.sampled_from(["set", "insert", "delete", "cut", "window", "donor"]))
+        if kind == "set" and at < len(out):
+            out[at] = data.draw(st.integers(0, 255))
+        elif kind == "insert":
+            out[at:at] = data.draw(st.binary(min_size=1, max_size=40))
+        elif kind == "delete":
+            del out[at:at + data.draw(st.integers(1, 40))]
+        elif kind == "cut":
+            del out[at:]
+        else:
+            source = bytes(out) if kind == "window" else donor
+            start = data.draw(st.integers(0, max(0, len(source) - 32)))
+            out[at:at + 32] = source[start:start + 32]
+    return bytes(out)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(data=st.data())
+def test_mutated_proofs_never_refute_an_honest_run_and_only_the_exact_one_refutes(verifier, digits_run, data):
+    """Soundness against proofs a challenger could forge: any edit of an honest run's proof never
+    refutes it; a dishonest run is refuted only by its exact proof."""
+    step = data.draw(st.sampled_from([s.index for s in digits_run.program.steps]))
+    size = digits_run.program.steps[step].out_types[0].size
+    index = data.draw(st.integers(0, size - 1))
+    donor = digits_run.calldata((step + 1) % len(digits_run.program.steps), 0)
+    honest = digits_run.calldata(step, index)
+    edited = mutate(data, honest, donor)
+    assert check(verifier, digits_run, edited) is not None
+    bad = digits_run.changed(step, index)
+    fraud = bad.calldata(step, index)
+    edited = mutate(data, fraud, donor)
+    assert (check(verifier, bad, edited) is None) == (edited == fraud)
 
 
 # -- CvmChallenge -------------------------------------------------------------------------------
@@ -311,6 +352,19 @@ def test_outputs_revert_reasons_of_a_second_head(outputs_verifier):
     assert outputs_verifier(outputs_proof(run, heads=swapped), run.roots, b"\1" * 32) == "head not in program"
     forged = dataclasses.replace(second, commitment=b"\1" * 32)
     assert outputs_verifier(outputs_proof(run, heads=(first, forged)), run.roots, b"\1" * 32) == "operand not included"
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(data=st.data())
+def test_mutated_outputs_proofs_never_refute_a_right_output_hash(outputs_verifier, digits_run, data):
+    """The same for outputs proofs: an edited proof never refutes the right output hash, and a
+    wrong one is refuted only by the exact proof."""
+    run = digits_run
+    right = outputs_hash([run.trace.commitments[t] for t in run.program.model.outputs])
+    proof = outputs_proof(run)
+    edited = mutate(data, proof, run.calldata(0, 0))
+    assert outputs_verifier(edited, run.roots, right) is not None
+    assert (outputs_verifier(edited, run.roots, b"\1" * 32) is None) == (edited == proof)
 
 
 # -- the artifact -------------------------------------------------------------------------------
