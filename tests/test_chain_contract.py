@@ -156,6 +156,82 @@ def test_mutated_proofs_never_refute_an_honest_run_and_only_the_exact_one_refute
     assert (check(verifier, bad, edited) is None) == (edited == fraud)
 
 
+def edit_structure(data: st.DataObject, p: StepProof, size: int) -> StepProof:
+    """One edit of a proof's fields rather than its bytes: what a careless or hostile prover
+    would send, still well formed."""
+    def some_chunk(chunks: tuple[Chunk, ...]) -> tuple[int, Chunk]:
+        k = data.draw(st.integers(0, len(chunks) - 1))
+        return k, chunks[k]
+
+    def bent(path: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        if not path or data.draw(st.booleans()):
+            return (*path, bytes(32)) if data.draw(st.booleans()) else path[:-1]
+        k = data.draw(st.integers(0, len(path) - 1))
+        return (*path[:k], bytes([path[k][0] ^ 1]) + path[k][1:], *path[k + 1:])
+
+    n = data.draw(st.integers(0, len(p.operands) - 1))
+    operand = p.operands[n]
+    kind = data.draw(st.sampled_from(["element", "step", "path", "operand path", "chunk data", "chunk index",
+                                      "chunk path", "no chunk", "result chunk", "result path", "swap"]))
+    if kind == "element":
+        return dataclasses.replace(p, element=data.draw(st.integers(0, size + 2)))
+    if kind == "step":
+        return dataclasses.replace(p, step=data.draw(st.integers(0, p.counts[2])))
+    if kind == "path":
+        return dataclasses.replace(p, path=bent(p.path))
+    if kind == "operand path":
+        operand = dataclasses.replace(operand, path=bent(operand.path))
+    elif kind in ("chunk data", "chunk index", "chunk path", "no chunk") and operand.chunks:
+        k, c = some_chunk(operand.chunks)
+        if kind == "chunk data":
+            at = data.draw(st.integers(0, len(c.data) - 1))
+            c = dataclasses.replace(c, data=c.data[:at] + bytes([data.draw(st.integers(0, 255))]) + c.data[at + 1:])
+        elif kind == "chunk index":
+            c = dataclasses.replace(c, index=data.draw(st.integers(0, c.index + 3)))
+        elif kind == "chunk path":
+            c = dataclasses.replace(c, path=bent(c.path))
+        chunks = (*operand.chunks[:k], *(() if kind == "no chunk" else (c,)), *operand.chunks[k + 1:])
+        operand = dataclasses.replace(operand, chunks=chunks)
+    elif kind in ("result chunk", "result path"):
+        (result,) = p.results
+        if kind == "result path":
+            result = dataclasses.replace(result, path=bent(result.path))
+        else:
+            c = result.chunk
+            at = data.draw(st.integers(0, len(c.data) - 1))
+            chunk = dataclasses.replace(c, data=c.data[:at] + bytes([c.data[at] ^ 1]) + c.data[at + 1:])
+            result = dataclasses.replace(result, chunk=chunk)
+        return dataclasses.replace(p, results=(result,))
+    elif kind == "swap" and len(p.operands) > 1:
+        return dataclasses.replace(p, operands=(*p.operands[1:], p.operands[0]))
+    return dataclasses.replace(p, operands=(*p.operands[:n], operand, *p.operands[n + 1:]))
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(data=st.data())
+def test_python_check_and_contract_agree_on_edited_proofs(verifier, digits_run, data):
+    """check-step and the contract give the same of the three verdicts on proofs with one field
+    edited: refused (a CvmError; a revert other than "step correct"), correct ("step correct")
+    or wrong (the challenge refutes)."""
+    from cvmvm.tx.stepproof import check_step
+    from isa.errors import CvmError
+    step = data.draw(st.sampled_from([s.index for s in digits_run.program.steps]))
+    size = digits_run.program.steps[step].out_types[0].size
+    index = data.draw(st.integers(0, size - 1))
+    run = digits_run.changed(step, index) if data.draw(st.booleans()) else digits_run
+    p = edit_structure(data, run.proof(step, index), size)
+    try:
+        verdict = check_step(p, run.trace.root, run.program_root)
+        python = "step correct" if verdict.correct else None
+    except CvmError as e:
+        python = e.code
+    evm = verifier(calldata_proof(p), run.roots)
+    if python is None or python == "step correct":
+        assert evm == python, (python, evm)
+    else:
+        assert evm not in (None, "step correct"), (python, evm)
+
+
 # -- CvmChallenge -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
