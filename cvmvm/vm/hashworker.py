@@ -99,6 +99,11 @@ class HashWorker:
         self._stdin: IO[bytes] = self._proc.stdin  # type: ignore[assignment]
         threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="cvmvm-hash-reader").start()
 
+    @property
+    def pid(self) -> int:
+        """The hashing process's id (bench/chain.py adds its CPU time to the run's)."""
+        return self._proc.pid
+
     def _read(self, stdout: IO[bytes]) -> None:
         first = stdout.read(1)
         if first in (b"R", b"C"):
