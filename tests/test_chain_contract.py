@@ -14,20 +14,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 boa = pytest.importorskip("boa")
 from eth_abi import encode  # noqa: E402
 
+from isa.errors import CvmError  # noqa: E402
 from serializer.hashing import audit_path, leaf_hash, outputs_hash, program_root, trace_root, tree_levels  # noqa: E402
 from serializer.records.stepproof import (Chunk, Head, Operand, Result, StepProof, calldata_proof,  # noqa: E402
                                           outputs_calldata_proof)
 from cvmvm.vm.api import single_op_model  # noqa: E402
 from cvmvm.vm.execute import execute  # noqa: E402
 from cvmvm.vm.trace import program_layout  # noqa: E402
-from cvmvm.tx import contract  # noqa: E402
-from cvmvm.tx.stepproof import chunks_of, prove_outputs  # noqa: E402
-from tests.chainkit import (ARTIFACT, VERIFY_OUTPUTS, Run, artifact, reason,  # noqa: E402
+from cvmvm.tx import contract, element  # noqa: E402
+from cvmvm.tx.stepproof import check_step, chunks_of, prove_outputs  # noqa: E402
+from tests.chainkit import (ARTIFACT, VERIFY_OUTPUTS, Run, artifact, instance, reason,  # noqa: E402
                             outputs_verifier as make_outputs_verifier, verifier as make_verifier)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,6 +46,13 @@ def digits_run() -> Run:
 
 def check(verifier, run: Run, proof: bytes) -> str | None:
     return verifier(proof, run.roots)
+
+
+def one_op(op: str, inputs: list[np.ndarray], attrs: dict, precisions: list[int]) -> Run:
+    model, feeds = single_op_model(op, inputs, attrs, precisions)
+    env: dict[int, np.ndarray] = {}
+    execute(model.program, feeds, env.__setitem__)
+    return Run(model.program, [env[t] for t in range(len(model.program.types))])
 
 
 def test_honest_digits_every_instruction_never_refuted(verifier, digits_run):
@@ -207,18 +215,26 @@ def edit_structure(data: st.DataObject, p: StepProof, size: int) -> StepProof:
     return dataclasses.replace(p, operands=(*p.operands[:n], operand, *p.operands[n + 1:]))
 
 
-@settings(max_examples=300, derandomize=True, deadline=None)
+@settings(max_examples=400, derandomize=True, deadline=None)
 @given(data=st.data())
 def test_python_check_and_contract_agree_on_edited_proofs(verifier, digits_run, data):
     """check-step and the contract give the same of the three verdicts on proofs with one field
     edited: refused (a CvmError; a revert other than "step correct"), correct ("step correct")
-    or wrong (the challenge refutes)."""
-    from cvmvm.tx.stepproof import check_step
-    from isa.errors import CvmError
-    step = data.draw(st.sampled_from([s.index for s in digits_run.program.steps]))
-    size = digits_run.program.steps[step].out_types[0].size
+    or wrong (the challenge refutes).  Half the proofs are of digits' instructions, half of a
+    random one-instruction program of an op the contract covers (its operands model inputs)."""
+    if data.draw(st.booleans()):
+        run, step = digits_run, data.draw(st.sampled_from([s.index for s in digits_run.program.steps]))
+    else:
+        op = data.draw(st.sampled_from(sorted(element.COVERED)))
+        inputs, attrs, precisions = instance(random.Random(data.draw(st.integers(0, 2**32 - 1))), op)
+        try:
+            run, step = one_op(op, inputs, attrs, precisions), 0
+        except CvmError:
+            assume(False)                      # outside the op's rules (e.g. an output over 32 bits)
+    size = run.program.steps[step].out_types[0].size
     index = data.draw(st.integers(0, size - 1))
-    run = digits_run.changed(step, index) if data.draw(st.booleans()) else digits_run
+    if data.draw(st.booleans()):
+        run = run.changed(step, index)
     p = edit_structure(data, run.proof(step, index), size)
     try:
         verdict = check_step(p, run.trace.root, run.program_root)
@@ -323,13 +339,6 @@ def test_revert_reasons(verifier, digits_run):
     first_step = calldata_proof(run.proof(0, 3))
     assert model_input in first_step and verifier(first_step, run.roots) == "step correct"
     assert verifier(first_step, (root, b"\1" * 32, trace)) == "inputs not committed"
-
-
-def one_op(op: str, inputs: list[np.ndarray], attrs: dict, precisions: list[int]) -> Run:
-    model, feeds = single_op_model(op, inputs, attrs, precisions)
-    env: dict[int, np.ndarray] = {}
-    execute(model.program, feeds, env.__setitem__)
-    return Run(model.program, [env[t] for t in range(len(model.program.types))])
 
 
 def test_revert_result_chunk(verifier):
