@@ -167,10 +167,6 @@ def test_mutated_proofs_never_refute_an_honest_run_and_only_the_exact_one_refute
 def edit_structure(data: st.DataObject, p: StepProof, size: int) -> StepProof:
     """One edit of a proof's fields rather than its bytes: what a careless or hostile prover
     would send, still well formed."""
-    def some_chunk(chunks: tuple[Chunk, ...]) -> tuple[int, Chunk]:
-        k = data.draw(st.integers(0, len(chunks) - 1))
-        return k, chunks[k]
-
     def bent(path: tuple[bytes, ...]) -> tuple[bytes, ...]:
         if not path or data.draw(st.booleans()):
             return (*path, bytes(32)) if data.draw(st.booleans()) else path[:-1]
@@ -190,7 +186,8 @@ def edit_structure(data: st.DataObject, p: StepProof, size: int) -> StepProof:
     if kind == "operand path":
         operand = dataclasses.replace(operand, path=bent(operand.path))
     elif kind in ("chunk data", "chunk index", "chunk path", "no chunk") and operand.chunks:
-        k, c = some_chunk(operand.chunks)
+        k = data.draw(st.integers(0, len(operand.chunks) - 1))
+        c = operand.chunks[k]
         if kind == "chunk data":
             at = data.draw(st.integers(0, len(c.data) - 1))
             c = dataclasses.replace(c, data=c.data[:at] + bytes([data.draw(st.integers(0, 255))]) + c.data[at + 1:])
@@ -382,10 +379,10 @@ def outputs_verifier():
     return make_outputs_verifier(boa)
 
 
-def outputs_proof(run: Run, heads: tuple[Head, ...] | None = None, counts: tuple[int, ...] | None = None,
-                  inputs: tuple[bytes, ...] | None = None) -> bytes:
+def outputs_proof(run: Run, heads: tuple[Head, ...] | None = None, counts: tuple[int, ...] | None = None) -> bytes:
     layout = program_layout(run.program)
-    return outputs_calldata_proof(counts or layout.counts, inputs or run.trace.commitments[:layout.counts[0]],
+    return outputs_calldata_proof(layout.counts if counts is None else counts,
+                                  run.trace.commitments[:layout.counts[0]],
                                   prove_outputs(run.program, run.trace) if heads is None else heads)
 
 
