@@ -12,8 +12,9 @@ from typing import Any, Callable
 import numpy as np
 
 from isa.types import precision_bound
-from serializer.hashing import tensor_commitment
+from serializer.hashing import outputs_hash, tensor_commitment
 from serializer.records.stepproof import StepProof, calldata_proof
+from cvmvm.vm.api import single_op_model
 from cvmvm.vm.execute import execute
 from cvmvm.vm.trace import make_trace, program_layout
 from cvmvm.vm.verify import Program
@@ -39,11 +40,20 @@ class Run:
         self.program_root = program_layout(program).root
 
     @classmethod
-    def of_fixture(cls, name: str) -> "Run":
-        model = generate.load_fixture_model(name)
+    def executed(cls, program: Program, feeds: dict[str, np.ndarray]) -> "Run":
         env: dict[int, np.ndarray] = {}
-        execute(model.program, {"data": generate.load_fixture_inputs(name)[0]}, env.__setitem__)
-        return cls(model.program, [env[t] for t in range(len(model.program.types))])
+        execute(program, feeds, env.__setitem__)
+        return cls(program, [env[t] for t in range(len(program.types))])
+
+    @classmethod
+    def of_fixture(cls, name: str) -> "Run":
+        return cls.executed(generate.load_fixture_model(name).program, {"data": generate.load_fixture_inputs(name)[0]})
+
+    @classmethod
+    def of_op(cls, op: str, inputs: list[np.ndarray], attrs: dict[str, Any], precisions: list[int]) -> "Run":
+        """The run of single_op_model's one-instruction program (its CvmError outside the op's rules)."""
+        model, feeds = single_op_model(op, inputs, attrs, precisions)
+        return cls.executed(model.program, feeds)
 
     def changed(self, step: int, index: int) -> "Run":
         """The same run with element ``index`` of instruction ``step``'s output off by one."""
@@ -61,6 +71,11 @@ class Run:
 
     def calldata(self, step: int, index: int) -> bytes:
         return calldata_proof(self.proof(step, index))
+
+    @property
+    def output_hash(self) -> bytes:
+        """The hash of the run's outputs (FORMAT.md section 10.2): what a commitment claims."""
+        return outputs_hash([self.trace.commitments[t] for t in self.program.model.outputs])
 
     @property
     def roots(self) -> tuple[bytes, bytes, bytes]:

@@ -20,11 +20,9 @@ boa = pytest.importorskip("boa")
 from eth_abi import encode  # noqa: E402
 
 from isa.errors import CvmError  # noqa: E402
-from serializer.hashing import audit_path, leaf_hash, outputs_hash, program_root, trace_root, tree_levels  # noqa: E402
+from serializer.hashing import audit_path, leaf_hash, program_root, trace_root, tree_levels  # noqa: E402
 from serializer.records.stepproof import (Chunk, Head, Operand, Result, StepProof, calldata_proof,  # noqa: E402
                                           outputs_calldata_proof)
-from cvmvm.vm.api import single_op_model  # noqa: E402
-from cvmvm.vm.execute import execute  # noqa: E402
 from cvmvm.vm.trace import program_layout  # noqa: E402
 from cvmvm.tx import contract, element  # noqa: E402
 from cvmvm.tx.stepproof import check_step, chunks_of, prove_outputs  # noqa: E402
@@ -46,13 +44,6 @@ def digits_run() -> Run:
 
 def check(verifier, run: Run, proof: bytes) -> str | None:
     return verifier(proof, run.roots)
-
-
-def one_op(op: str, inputs: list[np.ndarray], attrs: dict, precisions: list[int]) -> Run:
-    model, feeds = single_op_model(op, inputs, attrs, precisions)
-    env: dict[int, np.ndarray] = {}
-    execute(model.program, feeds, env.__setitem__)
-    return Run(model.program, [env[t] for t in range(len(model.program.types))])
 
 
 def test_honest_digits_every_instruction_never_refuted(verifier, digits_run):
@@ -225,7 +216,7 @@ def test_python_check_and_contract_agree_on_edited_proofs(verifier, digits_run, 
         op = data.draw(st.sampled_from(sorted(element.COVERED)))
         inputs, attrs, precisions = instance(random.Random(data.draw(st.integers(0, 2**32 - 1))), op)
         try:
-            run, step = one_op(op, inputs, attrs, precisions), 0
+            run, step = Run.of_op(op, inputs, attrs, precisions), 0
         except CvmError:
             assume(False)                      # outside the op's rules (e.g. an output over 32 bits)
     size = run.program.steps[step].out_types[0].size
@@ -339,7 +330,7 @@ def test_revert_reasons(verifier, digits_run):
 
 
 def test_revert_result_chunk(verifier):
-    run = one_op("relu", [np.arange(-1500, 1500, dtype=np.int32).reshape(2, 1500) * 1000], {}, [32])
+    run = Run.of_op("relu", [np.arange(-1500, 1500, dtype=np.int32).reshape(2, 1500) * 1000], {}, [32])
     p = run.proof(0, 0)
     (other,) = chunks_of(run.values[1], run.program.types[1], [1])
     result = dataclasses.replace(p.results[0], chunk=other)
@@ -348,7 +339,7 @@ def test_revert_result_chunk(verifier):
 
 
 def test_revert_op_not_supported(verifier):
-    run = one_op("transpose", [np.arange(6, dtype=np.int32).reshape(2, 3)], {"axes": (1, 0)}, [8])
+    run = Run.of_op("transpose", [np.arange(6, dtype=np.int32).reshape(2, 3)], {"axes": (1, 0)}, [8])
     whole = run.proof(0, None)
     types = run.program.types
     operand = Operand(b"", chunks_of(run.values[0], types[0], [0]), ())
@@ -359,7 +350,7 @@ def test_revert_op_not_supported(verifier):
 
 def test_revert_malformed_record(verifier):
     """A registered program whose record does not decode: authenticated, then refused."""
-    run = one_op("relu", [np.arange(6, dtype=np.int32)], {}, [8])
+    run = Run.of_op("relu", [np.arange(6, dtype=np.int32)], {}, [8])
     layout = program_layout(run.program)
     leaf = layout.instruction_leaf(0)
     records = list(layout.records)
@@ -389,7 +380,7 @@ def outputs_proof(run: Run, heads: tuple[Head, ...] | None = None, counts: tuple
 def test_outputs_revert_reasons(outputs_verifier, digits_run):
     """Every way an outputs proof (FORMAT.md 10.2) can fail, each with its documented reason."""
     run = digits_run
-    right = outputs_hash([run.trace.commitments[t] for t in run.program.model.outputs])
+    right = run.output_hash
     wrong = b"\1" * 32
     good = outputs_proof(run)
     (head,) = prove_outputs(run.program, run.trace)
@@ -422,7 +413,7 @@ def test_outputs_revert_reasons_of_a_second_head(outputs_verifier):
     """With two heads, each record must climb to the same program tree, and the heads' paths to
     the same trace tree."""
     x = np.arange(-8, 8, dtype=np.int32).reshape(1, 1, 4, 4)
-    run = one_op("max_pool", [x], {"kernel_shape": (2, 2), "strides": (2, 2), "dilations": (1, 1),
+    run = Run.of_op("max_pool", [x], {"kernel_shape": (2, 2), "strides": (2, 2), "dilations": (1, 1),
                                    "pads": (0, 0, 0, 0), "auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0,
                                    "index_axis": 0, "index_dtype": "int64"}, [8])
     first, second = prove_outputs(run.program, run.trace)
@@ -442,7 +433,7 @@ def test_mutated_outputs_proofs_never_refute_a_right_output_hash(outputs_verifie
     """The same for outputs proofs: an edited proof never refutes the right output hash, and a
     wrong one is refuted only by the exact proof."""
     run = digits_run
-    right = outputs_hash([run.trace.commitments[t] for t in run.program.model.outputs])
+    right = run.output_hash
     proof = outputs_proof(run)
     edited = mutate(data, proof, run.calldata(0, 0))
     assert outputs_verifier(edited, run.roots, right) is not None
@@ -534,7 +525,7 @@ def test_outputs_challenge(challenge_contract, tmp_path, capsys):
     assert CHALLENGE_OUTPUTS_SELECTOR == function_signature_to_4byte_selector("challengeOutputs(uint256,bytes)")
     model = generate.load_fixture_model("digits")
     run = Run.of_fixture("digits")
-    right = outputs_hash([run.trace.commitments[t] for t in model.program.model.outputs])
+    right = run.output_hash
     c = challenge_contract
     model_id = c.registerModel(model.program_root)
     honest = c.commit(model_id, run.trace.inputs, right, run.trace.root)

@@ -19,8 +19,6 @@ from isa.errors import CvmError  # noqa: E402
 from isa.table import OP_BY_NAME  # noqa: E402
 from serializer.hashing import chunk_count  # noqa: E402
 from serializer.records.stepproof import Operand, calldata_proof  # noqa: E402
-from cvmvm.vm.api import single_op_model  # noqa: E402
-from cvmvm.vm.execute import execute  # noqa: E402
 from cvmvm.tx import element  # noqa: E402
 from cvmvm.tx.stepproof import chunks_of  # noqa: E402
 from tests.chainkit import Run, deploy, instance  # noqa: E402
@@ -65,16 +63,12 @@ def test_contract_equals_the_kernels_on_10000_elements(contract_values):
         op = min(per_op, key=per_op.get) if min(per_op.values()) < 60 else rnd.choice(sorted(element.COVERED))
         inputs, attrs, precisions = instance(rnd, op)
         try:
-            model, feeds = single_op_model(op, inputs, attrs, precisions)
+            run = Run.of_op(op, inputs, attrs, precisions)
         except CvmError:
             continue                           # outside the op's rules (e.g. an output over 32 bits)
-        program = model.program
-        env: dict[int, np.ndarray] = {}
-        execute(program, feeds, env.__setitem__)
-        values = [env[t] for t in range(len(program.types))]
+        program, values = run.program, run.values
         out_type = program.types[-1]
         expected = values[-1].reshape(-1)
-        run = Run(program, values)
         proof, roots = whole_proof(run), run.roots
         s = program.steps[0]
         (reference,) = OP_BY_NAME[op].reference(s.attrs, *(values[t] for t in s.inputs))
