@@ -498,6 +498,42 @@ def test_lanes_leave_fewer_than_sixteen_items_to_libcrypto():
         assert h.lanes.fold(np.zeros((count, 3, 32), np.uint8)) == done
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([128, 192, 256, 4096, 64, 100, 4095]), st.integers(1, 50), st.integers(0, 200),
+       st.integers(0, 2**32 - 1))
+def test_lanes_hash_a_body_as_hashlib(size, chunks, tail, seed):
+    """A body's chunk tree: whole chunks of a multiple of 64 bytes (at least 128) sixteen at a time
+    in lanes, each read where it lies with only its first and last blocks staged, and the rest one
+    by one, a short last chunk included."""
+    length = max(1, (chunks - 1) * size + tail % size if tail % size else chunks * size)
+    body = np.random.default_rng(seed).integers(0, 256, size=length, dtype=np.uint8)
+    assert _lane_hasher().blocks_root(body, size) == hashing.blocks_root(body.data, size)
+
+
+def test_lanes_hash_whole_chunks_sixteen_at_a_time_and_leave_the_rest():
+    h = _lane_hasher()
+    for size, length, done in ((4096, 16 * 4096, 16), (4096, 16 * 4096 - 1, 0), (4096, 33 * 4096 + 5, 32),
+                               (128, 47 * 128, 32), (256, 15 * 256 + 255, 0), (64, 64 * 64, 0), (4000, 40 * 4000, 0),
+                               (4160, 40 * 4160, 32)):
+        body = np.arange(length, dtype=np.int64).astype(np.uint8)
+        nodes = np.zeros(32 * -(-length // size), np.uint8)
+        assert h.lanes.leaves(body, size, nodes) == done
+        want = [hashlib.sha256(hashing.LEAF + body[i * size:(i + 1) * size].tobytes()).digest() for i in range(done)]
+        assert [nodes[32 * i:32 * i + 32].tobytes() for i in range(done)] == want
+        assert not nodes[32 * done:].any()
+        assert h.blocks_root(body, size) == hashing.blocks_root(body.data, size)
+
+
+def test_lanes_refuse_a_body_or_leaves_they_cannot_address():
+    h = _lane_hasher()
+    body, nodes = np.zeros(16 * 4096, np.uint8), np.zeros(16 * 32, np.uint8)
+    for b, n in ((body.view(np.int8), nodes), (body, nodes.view(np.int8)), (body, nodes[:-1]),
+                 (np.zeros(2 * 16 * 4096, np.uint8)[::2], nodes), (body, np.zeros(2 * 16 * 32, np.uint8)[::2]),
+                 (body.reshape(16, 4096), nodes)):
+        with pytest.raises(InternalError):
+            h.lanes.leaves(b, 4096, n)
+
+
 def test_lanes_refuse_what_is_not_within_its_buffers():
     """The compiled code reads and writes where it is told: every extent is checked before it runs."""
     h = _lane_hasher()
