@@ -10,11 +10,12 @@
 2. Traced run time of perf and perf-large with commitment format 3 against
    format 1 (one SHA-256 per whole int32 tensor, the previous tracer's work)
    and against untraced runs, median of --repeat: interleaved (a run right
-   after another way's), then each way's runs together after a pause.  They
-   differ on a machine whose BLAS threads outnumber its cores less one: after
-   a multi-threaded GEMM (an untraced run's, format 1's) OpenBLAS's threads
-   spin for about 0.1 s on the core a format 3 run's hashing process needs,
-   and no call of OpenBLAS stops them (cvmvm.vm.blas).  Then each way's CPU
+   after another way's), then each way's runs together after a pause.  This
+   script imports cvmvm before numpy, so OpenBLAS's idle threads sleep at
+   once (cvmvm.vm.blas) and the two agree; where they spin (numpy imported
+   first), a format 3 run right after a multi-threaded GEMM (an untraced
+   run's, format 1's) shares its hashing process's core with them for about
+   0.1 s, and the interleaved rounds are slower.  Then each way's CPU
    time per run in those blocks, the hashing process's included (from /proc),
    against the most a traced run within 1.3x of untraced could use: the
    machine's cores x 1.3 x the untraced time.  A format 3 run's threads and
@@ -45,13 +46,12 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "fixtures"))
 
-import cvmvm  # noqa: E402,F401
+import cvmvm  # noqa: E402,F401  (before numpy: OpenBLAS's spin, cvmvm.vm.blas)
+import numpy as np  # noqa: E402
 import generate  # noqa: E402
 from serializer.hashing import tensor_commitment  # noqa: E402
 from serializer.records.stepproof import calldata_proof, challenge_calldata  # noqa: E402

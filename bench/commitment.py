@@ -33,12 +33,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import cvmvm  # noqa: E402  (sets OPENBLAS_THREAD_TIMEOUT before numpy starts its threads)
+import cvmvm  # noqa: E402,F401  (before numpy: OpenBLAS's spin, cvmvm.vm.blas)
+import numpy as np  # noqa: E402
 from serializer.hashing import chunk_size  # noqa: E402
 from cvmvm.tx import element  # noqa: E402
 from cvmvm.vm.execute import execute  # noqa: E402

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-import cvmvm  # noqa: E402  (before numpy: OPENBLAS_THREAD_TIMEOUT)
+import cvmvm  # noqa: E402  (before numpy: OpenBLAS's spin, cvmvm.vm.blas)
 import numpy as np  # noqa: E402
 
 from isa.attrs import parse_attrs  # noqa: E402

@@ -10,6 +10,8 @@ from typing import Any
 
 __version__ = "0.1.0"  # the one place the package version is written; pyproject.toml reads it
 
+# First: OpenBLAS's spin is set before numpy loads it (cvmvm.vm.blas says why).
+from cvmvm.vm import blas as _blas  # noqa: E402,F401
 from isa.errors import (CvmError, InputError, InternalError, InvalidError, IOFailure, LimitError,  # noqa: E402
                         MalformedError, UsageError)
 from serializer import kinds  # noqa: E402

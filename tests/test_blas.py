@@ -1,5 +1,6 @@
-"""BLAS threads (cvmvm.vm.blas): a core left to a traced run's hashing process while it works,
-one in replay's batched runs, whatever the import order, restored after, and never a different result."""
+"""BLAS threads (cvmvm.vm.blas): OpenBLAS's spin made short when cvmvm is imported first, else a
+core left to a traced run's hashing process while it works; one in replay's batched runs, restored
+after, and never a different result."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ def threads_during_run(model, trace: bool, monkeypatch) -> int:
 
 
 def test_a_traced_run_beside_the_hashing_process_leaves_it_a_core(monkeypatch):
+    """Where OpenBLAS's workers spin (numpy was loaded first, as in this process)."""
     needs_a_thread_pool()
+    monkeypatch.setattr(blas, "SHORT", False)
     assert hashworker.start() is not None
     before = blas_threads()
     with blas.controller().limit(limits=os.cpu_count() + 1, user_api="blas"):
@@ -70,9 +73,19 @@ def test_a_traced_run_beside_the_hashing_process_leaves_it_a_core(monkeypatch):
     assert blas_threads() == before
 
 
-def test_a_traced_run_never_raises_the_blas_threads(monkeypatch):
+def test_a_traced_run_keeps_its_blas_threads_where_they_sleep_when_idle(monkeypatch):
+    needs_a_thread_pool()
+    monkeypatch.setattr(blas, "SHORT", True)
+    assert hashworker.start() is not None
+    with blas.controller().limit(limits=os.cpu_count() + 1, user_api="blas"):
+        assert threads_during_run(big_model(), True, monkeypatch) == os.cpu_count() + 1
+
+
+@pytest.mark.parametrize("short", [False, True])
+def test_a_traced_run_never_raises_the_blas_threads(monkeypatch, short):
     """Inside replay's one thread a traced run beside the hashing process stays on one."""
     needs_a_thread_pool()
+    monkeypatch.setattr(blas, "SHORT", short)
     assert hashworker.start() is not None
     with blas.controller().limit(limits=os.cpu_count() + 1, user_api="blas"):
         with blas.one_thread():
@@ -99,22 +112,40 @@ def test_replay_runs_its_batches_on_one_blas_thread(monkeypatch, tmp_path):
         assert seen == [1] and blas_threads() == 2
 
 
-def test_without_threadpoolctl_only_the_timing_differs(monkeypatch):
+@pytest.mark.parametrize("short", [False, True])
+def test_without_threadpoolctl_only_the_timing_differs(monkeypatch, short):
+    """Without threadpoolctl a traced run hashes beside BLAS only where its workers sleep when idle."""
     model = big_model()
     x = {"x": (np.arange(128 * 256, dtype=np.int32).reshape(128, 256) % 255) - 127}
     with_limit = model.run(x, trace=True)
+    monkeypatch.setattr(blas, "SHORT", short)
     blas.controller.cache_clear()
     monkeypatch.setitem(sys.modules, "threadpoolctl", None)
     try:
-        assert blas.controller() is None
+        assert blas.controller() is None and blas.alongside_possible() == short
+        assert hashworker.start() is not None
         without = model.run(x, trace=True)
     finally:
         blas.controller.cache_clear()
     assert without.trace.root == with_limit.trace.root and without.output_hash == with_limit.output_hash
 
 
-@pytest.mark.parametrize("first", ["numpy", "cvmvm"])
-def test_the_same_mechanism_whatever_the_import_order(first):
+@pytest.mark.parametrize("value, short", [(None, False), ("", False), ("0", False), ("1", True), ("4", True),
+                                          ("14", True), (" 14 ", True), ("15", False), ("28", False),
+                                          ("-3", False), ("14abc", False), ("1e3", False)])
+def test_which_openblas_spin_timeouts_are_short(value, short):
+    """OPENBLAS_THREAD_TIMEOUT is 2^N cycles: 0 means OpenBLAS's default (2^28), 1 to 3 mean 4;
+    anything cvmvm cannot read is taken as long (only timing depends on it)."""
+    assert blas.spin_is_short(value) == short
+
+
+@pytest.mark.parametrize("first, preset, spin, threads", [
+    ("cvmvm", None, str(blas.SHORT_SPIN), "kept"),   # cvmvm sets a short spin: BLAS keeps its threads
+    ("numpy", None, None, "held"),                   # too late to set: a core is left to the hashing process
+    ("cvmvm", "28", "28", "held"),                   # the host's own setting stands
+    ("numpy", "4", "4", "kept"),                     # and counts whatever the order
+])
+def test_the_spin_and_the_limit_follow_the_import_order(first, preset, spin, threads):
     needs_a_thread_pool()
     imports = "import numpy\nimport cvmvm\n" if first == "numpy" else "import cvmvm\nimport numpy\n"
     code = imports + (
@@ -125,9 +156,11 @@ def test_the_same_mechanism_whatever_the_import_order(first):
         "seen = []\n"
         "real = api.execute\n"
         "api.execute = lambda *a, **k: (seen.append(blas_threads()), real(*a, **k))[1]\n"
-        "big_model().run({'x': np.ones((128, 256), np.int32)}, trace=True)\n"
-        "print(seen[0] == blas.threads_beside_hashing(), 'OPENBLAS_THREAD_TIMEOUT' in os.environ)\n")
-    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "2"}
+        "with blas.controller().limit(limits=os.cpu_count() + 1, user_api='blas'):\n"
+        "    big_model().run({'x': np.ones((128, 256), np.int32)}, trace=True)\n"
+        "print({os.cpu_count() + 1: 'kept', blas.threads_beside_hashing(): 'held'}.get(seen[0], seen[0]),\n"
+        "      os.environ.get('OPENBLAS_THREAD_TIMEOUT'))\n")
+    env = {"PATH": "/usr/bin:/bin", **({} if preset is None else {blas.SPIN: preset})}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
                           timeout=120)
-    assert proc.stdout.split() == ["True", "False"], proc.stderr
+    assert proc.stdout.split() == [threads, str(spin)], proc.stderr

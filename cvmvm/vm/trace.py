@@ -245,8 +245,8 @@ class Tracer:
         self._bodies: tuple[list[np.ndarray | None], Bodies] | None = layout.take_bodies()
         self._dests = self._bodies[0]
         self._written: list[int] = []   # the small tensors whose bodies are in the buffers
-        # Without a way to hold BLAS back (cvmvm.vm.blas), its spinning threads would starve the process.
-        self.worker = hashworker.worker() if hashes_alongside(program) and blas.controller() is not None else None
+        # Where BLAS's threads spin and cannot be held back (cvmvm.vm.blas), they would starve the process.
+        self.worker = hashworker.worker() if hashes_alongside(program) and blas.alongside_possible() else None
 
     def __call__(self, tensor: int, value: np.ndarray) -> None:
         dest = self._dests[tensor]
