@@ -16,7 +16,7 @@ loads it, and has no call that changes it later.  So:
   (docs/BENCHMARKS.md, 2026-11-29, 17:30-18:00); untraced runs took as long
   as with the default spin, within the machine's noise (3%), on a sixth less
   CPU.
-- Imported after numpy, with no such setting when it loaded (``short_spin`` is
+- Imported after numpy, with no short setting when it loaded (``SHORT`` is
   false), the workers spin, and while the hashing process works GEMMs run on
   one thread fewer than the machine has cores, set at run time through
   threadpoolctl (the ``speed`` extra) and restored after.  That limit cannot
@@ -26,7 +26,8 @@ loads it, and has no call that changes it later.  So:
   that stops them, and ending its thread pool (blas_thread_shutdown_) while
   another thread of the process may be inside a GEMM could crash it.
 
-Without either, a traced run hashes inline (cvmvm.vm.trace).  No result
+With a long spin and no threadpoolctl, a traced run hashes inline
+(cvmvm.vm.trace: ``alongside_possible``).  No result
 depends on the BLAS thread count or its spin (tests/test_determinism.py),
 only timing.  The limit is process-wide while it lasts, so an untraced run in
 another Python thread of the process meanwhile runs its GEMMs on fewer threads
