@@ -171,6 +171,26 @@ def _counted(builder: ir.IRBuilder, count: Any) -> Iterator[Any]:
     builder.position_at_end(after)
 
 
+def _pad(builder: ir.IRBuilder, end: Any, tail: Any, bits: Any) -> None:
+    """FIPS 180-4's padding (section 5.1.1) of a message staged up to address ``end``: the byte
+    0x80, zeros up to address ``tail``, and there the message's length in bits, ``bits`` (already
+    big-endian), in 8 bytes."""
+    byte = ir.IntType(8)
+    memset = builder.module.declare_intrinsic("llvm.memset", [byte.as_pointer(), _I64])
+    builder.store(ir.Constant(byte, 0x80), builder.inttoptr(end, byte.as_pointer()))
+    start = builder.add(end, ir.Constant(_I64, 1))
+    builder.call(memset, [builder.inttoptr(start, byte.as_pointer()), ir.Constant(byte, 0), builder.sub(tail, start),
+                          ir.Constant(ir.IntType(1), 0)])
+    builder.store(bits, builder.inttoptr(tail, _I64.as_pointer()), align=1)
+
+
+def _initial_state(builder: ir.IRBuilder, state: Any) -> None:
+    """Every lane's state at ``state`` (as ``compress`` keeps it) set to SHA-256's initial hash."""
+    words = builder.inttoptr(state, _V.as_pointer())
+    for i, h in enumerate(_H0.tolist()):
+        builder.store(_splat(h), builder.gep(words, [ir.Constant(_I32, i)]), align=4)
+
+
 def _emit_hash_lanes(module: ir.Module, name: str, lengths: tuple[int | None, int | None, int | None]) -> None:
     """``void <name>(i64 state, i64 scratch, i64 head, i64 head_length, i64 first, i64
     first_stride, i64 first_length, i64 second, i64 second_stride, i64 second_length, i64 out, i64
@@ -189,7 +209,6 @@ def _emit_hash_lanes(module: ir.Module, name: str, lengths: tuple[int | None, in
     builder = ir.IRBuilder(fn.append_basic_block())
     byte, i1 = ir.IntType(8), ir.IntType(1)
     memcpy = module.declare_intrinsic("llvm.memcpy", [byte.as_pointer(), byte.as_pointer(), _I64])
-    memset = module.declare_intrinsic("llvm.memset", [byte.as_pointer(), _I64])
     swap64 = module.declare_intrinsic("llvm.bswap", [_I64])
     no = ir.Constant(i1, 0)
 
@@ -208,15 +227,9 @@ def _emit_hash_lanes(module: ir.Module, name: str, lengths: tuple[int | None, in
         builder.call(memcpy, [at(middle), at(builder.add(first, builder.mul(lane, first_stride))), first_length, no])
         builder.call(memcpy, [at(builder.add(middle, first_length)),
                               at(builder.add(second, builder.mul(lane, second_stride))), second_length, no])
-        end = builder.add(message, length)
-        builder.store(ir.Constant(byte, 0x80), at(end))
-        tail = builder.sub(builder.add(message, stride), ir.Constant(_I64, 8))
-        start = builder.add(end, ir.Constant(_I64, 1))
-        builder.call(memset, [at(start), ir.Constant(byte, 0), builder.sub(tail, start), no])
-        builder.store(bits, builder.inttoptr(tail, _I64.as_pointer()), align=1)
-    words = builder.inttoptr(state, _V.as_pointer())
-    for i, h in enumerate(_H0.tolist()):
-        builder.store(_splat(h), builder.gep(words, [ir.Constant(_I32, i)]), align=4)
+        _pad(builder, builder.add(message, length), builder.sub(builder.add(message, stride), ir.Constant(_I64, 8)),
+             bits)
+    _initial_state(builder, state)
     builder.call(module.get_global("compress"), [state, scratch, stride, blocks])
     builder.call(module.get_global("digests"), [out, out_stride, state])
     builder.ret_void()
@@ -325,7 +338,6 @@ def _emit_chunk_leaves(module: ir.Module) -> None:
     builder = ir.IRBuilder(fn.append_basic_block())
     byte = ir.IntType(8)
     memcpy = module.declare_intrinsic("llvm.memcpy", [byte.as_pointer(), byte.as_pointer(), _I64])
-    memset = module.declare_intrinsic("llvm.memset", [byte.as_pointer(), _I64])
     swap64 = module.declare_intrinsic("llvm.bswap", [_I64])
     compress, digests = module.get_global("compress"), module.get_global("digests")
     no = ir.Constant(ir.IntType(1), 0)
@@ -339,7 +351,6 @@ def _emit_chunk_leaves(module: ir.Module) -> None:
     prefix = builder.load(at(leaf))
     bits = builder.call(swap64, [builder.mul(builder.add(chunk, n(1)), n(8))])   # big-endian
     middle = builder.sub(builder.udiv(chunk, n(64)), n(1))
-    words = builder.inttoptr(state, _V.as_pointer())
     with _counted(builder, groups) as group:
         first = builder.add(body, builder.mul(builder.mul(group, n(LANES)), chunk))
         with _counted(builder, n(LANES)) as lane:
@@ -348,11 +359,8 @@ def _emit_chunk_leaves(module: ir.Module) -> None:
             builder.store(prefix, at(staged))
             builder.call(memcpy, [at(builder.add(staged, n(1))), at(source), n(63), no])
             builder.store(builder.load(at(builder.add(source, builder.sub(chunk, n(1))))), at(builder.add(staged, n(64))))
-            builder.store(ir.Constant(byte, 0x80), at(builder.add(staged, n(65))))
-            builder.call(memset, [at(builder.add(staged, n(66))), ir.Constant(byte, 0), n(54), no])
-            builder.store(bits, builder.inttoptr(builder.add(staged, n(120)), _I64.as_pointer()), align=1)
-        for i, h in enumerate(_H0.tolist()):
-            builder.store(_splat(h), builder.gep(words, [ir.Constant(_I32, i)]), align=4)
+            _pad(builder, builder.add(staged, n(65)), builder.add(staged, n(120)), bits)
+        _initial_state(builder, state)
         builder.call(compress, [state, scratch, n(128), n(1)])
         builder.call(compress, [state, builder.add(first, n(63)), chunk, middle])
         builder.call(compress, [state, builder.add(scratch, n(64)), n(128), n(1)])
