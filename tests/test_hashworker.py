@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -124,6 +125,15 @@ def test_bodies_longer_than_a_block_are_cut_into_blocks_of_whole_chunks():
     assert [worker.root(b) for b in blocks] == [root_of(data[b.offset - blocks[0].offset:][:b.length]) for b in blocks]
 
 
+def until(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_blocks_in_flight_when_the_process_dies_are_hashed_here():
     worker = hashworker.HashWorker(1 << 20)
     assert worker.ready.wait(30)
@@ -131,33 +141,93 @@ def test_blocks_in_flight_when_the_process_dies_are_hashed_here():
     data = os.urandom(300000)
     blocks = put_bytes(worker, data)
     os.kill(worker._proc.pid, signal.SIGKILL)
-    assert [worker.root(b) for b in blocks] == [root_of(data)]
-    assert worker.broken and put_bytes(worker, data) is None
+    assert worker.roots(blocks) == [root_of(data)]
+    assert until(lambda: worker.broken) and put_bytes(worker, data) is None
     worker.close()
 
 
-def test_a_process_that_answers_nothing_in_time_is_given_up():
-    """Stopped (SIGSTOP), it is neither dead nor answering: after answer_seconds the executor kills
-    it and hashes the blocks itself, and the next body is refused to it."""
+def test_a_stopped_process_holds_no_run_back():
+    """Stopped (SIGSTOP), it answers nothing: the roots a run asks for are claimed and hashed here at
+    once, long before answer_seconds.  Resumed, it skips what was claimed and answers what follows."""
+    worker = hashworker.HashWorker(1 << 20, answer_seconds=60)
+    assert worker.ready.wait(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    data = [os.urandom(n) for n in (300000, 5000, 70000)]
+    blocks = [b for d in data for b in put_bytes(worker, d)]
+    began = time.monotonic()
+    assert worker.roots(blocks) == [root_of(d) for d in data]
+    assert time.monotonic() - began < 10 and all(b.claimed for b in blocks) and not worker.broken
+    answered = worker.answered
+    os.kill(worker._proc.pid, signal.SIGCONT)
+    more = os.urandom(9000)
+    (block,) = put_bytes(worker, more)
+    assert until(lambda: block.done.is_set())
+    assert not block.claimed and block.root == root_of(more) and worker.answered == answered + 1
+    assert not worker.broken
+    worker.close()
+
+
+def test_an_answer_for_a_claimed_block_is_not_taken():
+    """A block claimed here after the process began it: its answer arrives, and is ignored."""
+    worker = hashworker.HashWorker(1 << 20)
+    assert worker.ready.wait(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    data = os.urandom(20000)
+    (block,) = put_bytes(worker, data)
+    assert worker.root(block) == root_of(data)
+    block.root = b"mine"                   # what the process sends for it must not replace this
+    worker._claims[block.slot] = 0         # as if the process had begun it before the claim
+    answered = worker.answered
+    os.kill(worker._proc.pid, signal.SIGCONT)
+    more = os.urandom(9000)
+    (after,) = put_bytes(worker, more)
+    assert until(lambda: after.done.is_set()) and after.root == root_of(more)
+    assert block.root == b"mine" and worker.answered == answered + 1 and not worker.broken
+    worker.close()
+
+
+def test_a_skip_for_a_block_nobody_claimed_is_never_a_root():
+    """The process skips only what this process claimed; a skip for anything else (a claim byte
+    set by something else) gives the process up, and the block is hashed here."""
+    worker = hashworker.HashWorker(1 << 20)
+    assert worker.ready.wait(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    data = os.urandom(20000)
+    (block,) = put_bytes(worker, data)
+    worker._claims[block.slot] = 1
+    os.kill(worker._proc.pid, signal.SIGCONT)
+    assert until(lambda: worker.broken)
+    assert not block.claimed and worker.root(block) == root_of(data)
+    worker.close()
+
+
+def test_a_process_that_answers_nothing_in_time_is_given_up(monkeypatch):
+    """Every claim slot taken by a block a stopped process never answered: after answer_seconds the
+    executor kills it, and the next body is refused to it."""
+    monkeypatch.setattr(hashworker, "CLAIMS", 2)
     worker = hashworker.HashWorker(1 << 20, answer_seconds=0.5)
     assert worker.ready.wait(30)
     os.kill(worker._proc.pid, signal.SIGSTOP)
-    data = os.urandom(300000)
-    blocks = put_bytes(worker, data)
-    assert [worker.root(b) for b in blocks] == [root_of(data)]
-    assert worker.broken and put_bytes(worker, data) is None
-    assert worker._proc.wait(10) == -signal.SIGKILL
+    data = [os.urandom(3000) for _ in range(3)]
+    blocks = put_bytes(worker, data[0]) + put_bytes(worker, data[1])
+    assert [b.slot for b in blocks] == [0, 1]
+    assert put_bytes(worker, data[2]) is None    # waited for a slot, then gave the process up
+    assert worker.broken and worker._proc.wait(10) == -signal.SIGKILL
+    assert worker.roots(blocks) == [root_of(d) for d in data[:2]]
     worker.close()
 
 
-def test_a_full_ring_whose_process_answers_nothing_gives_up_too():
-    worker = hashworker.HashWorker(1 << 16, answer_seconds=0.5)
+def test_a_full_ring_whose_process_answers_nothing_takes_the_next_body():
+    """The oldest block is claimed and hashed here, and its bytes are written over."""
+    worker = hashworker.HashWorker(1 << 16, answer_seconds=60)
     assert worker.ready.wait(30)
     os.kill(worker._proc.pid, signal.SIGSTOP)
-    first = put_bytes(worker, os.urandom(40000))
-    assert first is not None
-    assert put_bytes(worker, os.urandom(40000)) is None     # waited for room, then gave the process up
-    assert worker.broken and worker._proc.wait(10) == -signal.SIGKILL
+    first, second = os.urandom(40000), os.urandom(40000)
+    (old,) = put_bytes(worker, first)
+    (new,) = put_bytes(worker, second)
+    assert old.claimed and old.root == root_of(first) and new.offset == old.offset == 0
+    assert worker.root(new) == root_of(second) and not worker.broken
+    os.kill(worker._proc.pid, signal.SIGCONT)
     worker.close()
 
 
@@ -187,6 +257,20 @@ def test_a_run_whose_process_dies_midway_gives_the_same_trace(monkeypatch):
     monkeypatch.setattr(hashworker, "_worker", worker)
     assert worker.ready.is_set() and worker.broken and hashworker.worker() is None
     assert traced("perf") == want    # later runs hash inline
+    worker.close()
+
+
+def test_a_run_whose_process_is_stopped_gives_the_same_trace(monkeypatch):
+    """Every block claimed and hashed here, newest first, and put back in tensor order."""
+    want = traced("perf")
+    worker = hashworker.HashWorker(answer_seconds=60)
+    monkeypatch.setattr(hashworker, "_worker", worker)
+    assert worker.ready.wait(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    try:
+        assert traced("perf") == want and worker.answered == 0 and not worker.broken
+    finally:
+        os.kill(worker._proc.pid, signal.SIGCONT)
     worker.close()
 
 

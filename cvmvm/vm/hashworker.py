@@ -19,7 +19,11 @@ the CPU has AVX-512 (serializer.sha_lanes) (``HashWorker.compiled``).
 Only timing depends on it: a block root is ``serializer.hashing.blocks_root`` of
 the same bytes in either process, and every block the process cannot answer
 (it died, never started, or answered nothing for ANSWER_SECONDS and was killed)
-is hashed by the executor from the same buffer.
+is hashed by the executor from the same buffer.  So is every block still
+unanswered when a run asks for its roots (``HashWorker.roots``): the executor
+claims it, newest first, while the process goes on from the oldest and skips what
+was claimed.  The process runs at a lower priority (cvmvm.vm.hashchild), and this
+keeps a process starved by other work from holding a run back.
 The buffer is a ring of RING_BYTES, reused in request order; a body that does
 not fit is hashed inline.
 
@@ -59,20 +63,26 @@ WARM_BYTES = 1 << 23
 # are hashed by the executor, and a traced run never waits on it for ever.
 ANSWER_SECONDS = 30.0
 BLOCK_BYTES = 1 << 20     # a request: 256 chunks of 4096 bytes
-_REQUEST = struct.Struct("<QII")
+# A claim byte a block, in the shared buffer after the ring; a slot is taken again only once its last
+# block was answered, so at most this many blocks are sent and unanswered.
+CLAIMS = 4096
+_REQUEST = struct.Struct("<QIII")
+_ANSWER = 33   # b"H" and a root, or b"S" and zeros: the block was claimed here (hashchild)
 _CHILD = Path(__file__).with_name("hashchild.py")
 _ROOT = Path(__file__).resolve().parent.parent.parent   # holds the serializer package
 
 
 class Block:
-    """One block in flight: its bytes in the ring, and its root once the process sent it."""
+    """One block in flight: its bytes in the ring, and its root once the process sent it or this
+    process hashed it (``claimed``: whatever the process sends for it is ignored)."""
 
-    __slots__ = ("offset", "length", "chunk", "root", "done")
+    __slots__ = ("offset", "length", "chunk", "slot", "root", "done", "claimed")
 
-    def __init__(self, offset: int, length: int, chunk: int) -> None:
-        self.offset, self.length, self.chunk = offset, length, chunk
+    def __init__(self, offset: int, length: int, chunk: int, slot: int = 0) -> None:
+        self.offset, self.length, self.chunk, self.slot = offset, length, chunk, slot
         self.root: bytes | None = None
         self.done = threading.Event()
+        self.claimed = False
 
 
 class HashWorker:
@@ -91,11 +101,13 @@ class HashWorker:
         self.broken = False
         self.answered = 0                          # blocks whose roots the process sent
         self.compiled = False                      # it hashes through serializer.sha's compiled hasher
-        self._file = _shared_file(ring_bytes)
-        self._ring = mmap.mmap(self._file.fileno(), ring_bytes)
-        self.array = np.frombuffer(self._ring, dtype=np.uint8)
+        self._sent = 0                             # blocks sent so far (their claim slots go round)
+        self._file = _shared_file(ring_bytes + CLAIMS)
+        self._ring = mmap.mmap(self._file.fileno(), ring_bytes + CLAIMS)
+        self.array = np.frombuffer(self._ring, dtype=np.uint8, count=ring_bytes)
+        self._claims = np.frombuffer(self._ring, dtype=np.uint8, offset=ring_bytes)
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", str(_CHILD), str(_ROOT), str(self._file.fileno()), str(ring_bytes)],
+            [sys.executable, "-I", str(_CHILD), str(_ROOT), str(self._file.fileno()), str(ring_bytes), str(CLAIMS)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(self._file.fileno(),))
         self._stdin: IO[bytes] = self._proc.stdin  # type: ignore[assignment]
         threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="cvmvm-hash-reader").start()
@@ -111,14 +123,17 @@ class HashWorker:
             self.compiled = first == b"C"
             self.ready.set()
             while True:
-                root = stdout.read(32)
-                if len(root) != 32:
+                answer = stdout.read(_ANSWER)
+                if len(answer) != _ANSWER:
                     break
                 with self._lock:
                     block = self._unanswered.popleft()
-                block.root = root
-                self.answered += 1
-                block.done.set()
+                    if not block.claimed:
+                        if answer[:1] != b"H":   # skipped a block nobody claimed: never taken as a root
+                            break
+                        block.root = answer[1:]
+                        self.answered += 1
+                        block.done.set()
         self._fail()
 
     def _wait(self, block: Block) -> None:
@@ -138,9 +153,10 @@ class HashWorker:
 
     def _reserve(self, length: int) -> int | None:
         """An offset where ``length`` bytes may be written, or None when the ring cannot hold them.
-        When it is full, waits for the oldest blocks: the process answers in request order, so the
-        blocks in flight always fill one stretch of the ring, from the oldest to the newest.  Past
-        the warm stretch (WARM_BYTES) it starts again at 0 when it can, before the ring's end."""
+        When it is full, the oldest blocks are claimed and hashed here unless the process answered
+        them (``root``): a ring is freed in request order, so the blocks in flight always fill one
+        stretch of it, from the oldest to the newest.  Past the warm stretch (WARM_BYTES) it starts
+        again at 0 when it can, before the ring's end."""
         length = -(-length // 64) * 64    # every body starts on a cache line
         if length > self.ring_bytes:
             return None
@@ -163,6 +179,18 @@ class HashWorker:
                         return end
                 elif oldest.offset - end >= length:   # wrapped; free: [end, oldest)
                     return end
+            self.root(oldest)
+
+    def _slots_free(self, count: int) -> bool:
+        """Whether ``count`` more blocks may be sent: every block sent CLAIMS blocks before them was
+        answered, so their claim slots are free.  Waits for the oldest unanswered ones when not."""
+        while True:
+            with self._lock:
+                if self.broken:
+                    return False
+                if len(self._unanswered) + count <= CLAIMS:
+                    return True
+                oldest = self._unanswered[0]
             self._wait(oldest)
 
     def put(self, length: int, chunk: int, write: Callable[[np.ndarray], None]) -> list[Block] | None:
@@ -170,15 +198,20 @@ class HashWorker:
         (whole chunks, so that block roots are nodes of the chunk tree); None when the ring cannot
         take them (too long, or the process is gone): the caller hashes them itself."""
         with self._put_lock:
-            offset = self._reserve(length)
+            starts = range(0, length, BLOCK_BYTES)
+            offset = self._reserve(length) if self._slots_free(len(starts)) else None
             if offset is None:
                 return None
             write(self.array[offset:offset + length])
-            blocks = [Block(offset + i, min(BLOCK_BYTES, length - i), chunk) for i in range(0, length, BLOCK_BYTES)]
+            blocks = []
+            for i in starts:
+                blocks.append(Block(offset + i, min(BLOCK_BYTES, length - i), chunk, self._sent % CLAIMS))
+                self._claims[blocks[-1].slot] = 0
+                self._sent += 1
             with self._lock:
                 if not self.broken:
                     try:
-                        self._stdin.write(b"".join(_REQUEST.pack(b.offset, b.length, chunk) for b in blocks))
+                        self._stdin.write(b"".join(_REQUEST.pack(b.offset, b.length, chunk, b.slot) for b in blocks))
                         self._stdin.flush()
                     except OSError:
                         self.broken = True
@@ -190,11 +223,25 @@ class HashWorker:
                     self._unanswered.extend(blocks)
             return blocks
 
+    def roots(self, blocks: list[Block]) -> list[bytes]:
+        """The blocks' roots (``root``), the newest first: while this process hashes the newest
+        unanswered ones, the hashing process goes on from the oldest."""
+        return [self.root(b) for b in reversed(blocks)][::-1]
+
     def root(self, block: Block) -> bytes:
-        """The block's root: the process's answer, or computed here from the same bytes."""
-        self._wait(block)
+        """The block's root: the process's answer, or computed here from the same bytes when it has
+        not answered yet (the block claimed: the process skips it) or cannot."""
+        with self._lock:
+            if not block.done.is_set():
+                block.claimed = True
+                self._claims[block.slot] = 1
         if block.root is None:
-            return blocks_root(memoryview(self._ring)[block.offset:block.offset + block.length], block.chunk)
+            fast = sha.compiled_hasher()
+            if fast is None:
+                block.root = blocks_root(memoryview(self._ring)[block.offset:block.offset + block.length], block.chunk)
+            else:
+                block.root = fast.blocks_root(self.array[block.offset:block.offset + block.length], block.chunk)
+            block.done.set()   # its bytes may be written over now
         return block.root
 
     def close(self) -> None:
@@ -239,8 +286,9 @@ def worker() -> HashWorker | None:
                 _failed = True
             else:
                 atexit.register(_worker.close)
-                # The executor's writes into the ring, compiled beside the runs as the process compiles its hasher.
-                threading.Thread(target=sha.channel_mover, daemon=True, name="cvmvm-mover-compile").start()
+                # The executor's writes into the ring and its hasher for what it claims, compiled beside the
+                # runs as the process compiles its own.
+                threading.Thread(target=_compile, daemon=True, name="cvmvm-mover-compile").start()
     return None
 
 
@@ -256,9 +304,14 @@ def start(timeout: float = 30.0) -> HashWorker | None:
                 return None
             atexit.register(_worker.close)
         w = _worker
-    sha.channel_mover()
+    _compile()
     w.ready.wait(timeout)
     return w if w.ready.is_set() and not w.broken else None
+
+
+def _compile() -> None:
+    sha.channel_mover()
+    sha.hasher()
 
 
 def _forget_in_child() -> None:

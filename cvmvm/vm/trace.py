@@ -311,11 +311,13 @@ class Tracer:
                 if t in written:
                     self._commitments[t] = c
             self.release()
-        worker = self.worker
-        for tensor, blocks in self._pending:
-            root = tree_root([worker.root(b) for b in blocks])  # type: ignore[union-attr]
-            self._commitments[tensor] = self._committers[tensor].of_root(root)
-        self._pending.clear()
+        if self._pending:
+            # All at once, the newest first: what the hashing process has not reached, this one hashes.
+            roots = iter(self.worker.roots([b for _, blocks in self._pending for b in blocks]))  # type: ignore[union-attr]
+            for tensor, blocks in self._pending:
+                root = tree_root([next(roots) for _ in blocks])
+                self._commitments[tensor] = self._committers[tensor].of_root(root)
+            self._pending.clear()
         return self._commitments  # type: ignore[return-value]
 
     def trace(self) -> Trace:
