@@ -104,7 +104,7 @@ def test_repeated_traced_runs_never_depend_on_hashing_timing(monkeypatch, ring):
     not fit and are hashed inline (a block read after its bytes were reused would show here)."""
     worker = hashworker.HashWorker(ring)
     monkeypatch.setattr(hashworker, "_worker", worker)
-    assert worker.ready.wait(30) and not worker.broken
+    assert worker.wait_ready(30) and not worker.broken
     model = generate.load_fixture_model("perf")
     want = golden("perf")[0]
     x = generate.load_fixture_inputs("perf")[int(want["id"].split("/")[1])]

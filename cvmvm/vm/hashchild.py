@@ -21,10 +21,10 @@ stdin ends it.
 
 It runs at a lower priority (NICE): where it shares a core with the executor's
 BLAS thread, a GEMM no longer waits for that thread's half (perf-large traced:
-46.6-48.4 ms against 48.3-49.3 at equal priority, 2026-11-29).  A process starved by
-other work costs no more than inline hashing: the parent hashes every block not
-yet answered when it needs the roots, newest first, while this one goes on from
-the oldest and skips what the parent claimed.
+46.4-46.5 ms against 49.6-50.9 at equal priority, alternating, 2026-11-29).  A
+process starved by other work costs no more than inline hashing: the parent
+hashes every block not yet answered when it needs the roots, newest first,
+while this one goes on from the oldest and skips what the parent claimed.
 """
 
 import mmap
@@ -37,7 +37,9 @@ import sys
 import numpy as np
 
 FLUSH_BYTES = 1 << 20
-NICE = 19   # the least share against equal-priority work (Linux CFS weights 15 against 1024)
+# A ninth of a core's share against an equal-priority thread (Linux CFS weights 110 and 1024).  19
+# (weight 15) was no faster on an idle machine, and left the process less of a loaded one.
+NICE = 10
 SKIPPED = b"S" + bytes(32)
 
 
@@ -66,8 +68,8 @@ def main() -> None:
     unsent = 0   # bytes hashed since the last answers went out, plus one a skipped block
     while True:
         # Answers go out when no request waits (the parent may be waiting for them), else after a
-        # mebibyte of hashing (some 0.7 ms): each write wakes the parent's reader thread, which then
-        # takes the GIL from the executor, so a hundred blocks a run are answered in a few writes.
+        # mebibyte of hashing (some 0.4 ms): a write a block would cost a system call each, and the
+        # parent reads them only when it needs them (a full ring, or a run's end).
         if unsent and (unsent >= FLUSH_BYTES or not select.select([stdin], [], [], 0)[0]):
             out.flush()
             unsent = 0

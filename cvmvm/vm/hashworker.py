@@ -17,13 +17,17 @@ hashlib call per chunk: at OpenSSL's rate, or sixteen chunks at a time where
 the CPU has AVX-512 (serializer.sha_lanes) (``HashWorker.compiled``).
 
 Only timing depends on it: a block root is ``serializer.hashing.blocks_root`` of
-the same bytes in either process, and every block the process cannot answer
-(it died, never started, or answered nothing for ANSWER_SECONDS and was killed)
-is hashed by the executor from the same buffer.  So is every block still
-unanswered when a run asks for its roots (``HashWorker.roots``): the executor
-claims it, newest first, while the process goes on from the oldest and skips what
-was claimed.  The process runs at a lower priority (cvmvm.vm.hashchild), and this
-keeps a process starved by other work from holding a run back.
+the same bytes in either process, and every block the process cannot answer (it
+died, never started, or answered nothing for ANSWER_SECONDS while every claim
+slot was taken, and was killed) is hashed by the executor from the same buffer.
+So is every block still unanswered when a run asks for its roots
+(``HashWorker.roots``), or when the ring is full: the executor claims it, newest
+first, while the process goes on from the oldest and skips what was claimed.
+The process runs at a lower priority (cvmvm.vm.hashchild); this keeps a process
+starved by other work from holding a run back.  No thread waits for the
+answers: a run reads them when it needs them.  A reader thread took the GIL
+from the executor at every batch of answers (perf-large traced 45.9-46.5 ms
+with it, 44.8-45.2 without, alternating on 2026-11-29).
 The buffer is a ring of RING_BYTES, reused in request order; a body that does
 not fit is hashed inline.
 
@@ -39,11 +43,13 @@ from __future__ import annotations
 import atexit
 import mmap
 import os
+import select
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import IO, Callable
@@ -64,40 +70,49 @@ WARM_BYTES = 1 << 23
 ANSWER_SECONDS = 30.0
 BLOCK_BYTES = 1 << 20     # a request: 256 chunks of 4096 bytes
 # A claim byte a block, in the shared buffer after the ring; a slot is taken again only once its last
-# block was answered, so at most this many blocks are sent and unanswered.
-CLAIMS = 4096
+# block was answered, so at most this many blocks are sent and unanswered.  Their requests and
+# answers (20 and 33 bytes each) then never fill both pipes at once (16 KiB each at the least, on
+# macOS), so neither process can block the other while nobody reads the answers.
+CLAIMS = 1024
 _REQUEST = struct.Struct("<QIII")
 _ANSWER = 33   # b"H" and a root, or b"S" and zeros: the block was claimed here (hashchild)
+_HASHED = ord("H")
+_READ_BYTES = 1 << 16
 _CHILD = Path(__file__).with_name("hashchild.py")
 _ROOT = Path(__file__).resolve().parent.parent.parent   # holds the serializer package
 
 
 class Block:
     """One block in flight: its bytes in the ring, and its root once the process sent it or this
-    process hashed it (``claimed``: whatever the process sends for it is ignored)."""
+    process hashed it (``claimed``: whatever the process sends for it is ignored).  ``done``: its
+    ring bytes are free (its root is known, or the process is gone and this one hashes them)."""
 
     __slots__ = ("offset", "length", "chunk", "slot", "root", "done", "claimed")
 
     def __init__(self, offset: int, length: int, chunk: int, slot: int = 0) -> None:
         self.offset, self.length, self.chunk, self.slot = offset, length, chunk, slot
         self.root: bytes | None = None
-        self.done = threading.Event()
+        self.done = False
         self.claimed = False
 
 
 class HashWorker:
-    """The hashing process and the ring it shares with this one."""
+    """The hashing process and the ring it shares with this one.  No thread waits for its answers:
+    whoever needs them reads them (``_poll``, ``_collect``), so nothing takes the GIL from the
+    executor when an answer arrives."""
 
     def __init__(self, ring_bytes: int = RING_BYTES, answer_seconds: float = ANSWER_SECONDS,
                  warm_bytes: int = WARM_BYTES) -> None:
         self.ring_bytes = ring_bytes
         self.warm_bytes = min(warm_bytes, ring_bytes)
         self.answer_seconds = answer_seconds
-        self._lock = threading.Lock()        # the ring and the request order
+        self._lock = threading.Lock()        # the ring, the request order and the blocks' states
+        self._read_lock = threading.Lock()   # one thread reads the answers at a time
         self._inflight: deque[Block] = deque()     # holding ring bytes, in request order
         self._unanswered: deque[Block] = deque()   # sent, awaiting their roots, in request order
         self._put_lock = threading.Lock()          # one body at a time: reserve, write, send
-        self.ready = threading.Event()
+        self._started = False                      # the process said it is ready
+        self._partial = b""                        # an answer read in part
         self.broken = False
         self.answered = 0                          # blocks whose roots the process sent
         self.compiled = False                      # it hashes through serializer.sha's compiled hasher
@@ -110,46 +125,88 @@ class HashWorker:
             [sys.executable, "-I", str(_CHILD), str(_ROOT), str(self._file.fileno()), str(ring_bytes), str(CLAIMS)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(self._file.fileno(),))
         self._stdin: IO[bytes] = self._proc.stdin  # type: ignore[assignment]
-        threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="cvmvm-hash-reader").start()
+        self._answers = self._proc.stdout.fileno()  # type: ignore[union-attr]   # read unbuffered
 
     @property
     def pid(self) -> int:
         """The hashing process's id (bench/chain.py adds its CPU time to the run's)."""
         return self._proc.pid
 
-    def _read(self, stdout: IO[bytes]) -> None:
-        first = stdout.read(1)
-        if first in (b"R", b"C"):
-            self.compiled = first == b"C"
-            self.ready.set()
-            while True:
-                answer = stdout.read(_ANSWER)
-                if len(answer) != _ANSWER:
+    @property
+    def ready(self) -> bool:
+        """Whether it is settled: ready for blocks, or given up (``broken``).  Asks it, without waiting."""
+        if not (self._started or self.broken):
+            self._poll()
+        return self._started or self.broken
+
+    def wait_ready(self, timeout: float) -> bool:
+        """``ready``, waiting for it up to ``timeout`` seconds."""
+        return self._collect(lambda: self._started or self.broken, timeout)
+
+    def _poll(self) -> None:
+        """Take whatever answers have arrived, without waiting (nor when another thread reads)."""
+        if self.broken or not self._read_lock.acquire(blocking=False):
+            return
+        try:
+            if select.select([self._answers], [], [], 0)[0]:
+                self._take(os.read(self._answers, _READ_BYTES))
+        finally:
+            self._read_lock.release()
+
+    def _collect(self, settled: Callable[[], bool], timeout: float) -> bool:
+        """Take answers until ``settled()``, the process is gone, or ``timeout`` seconds passed;
+        whether ``settled()``."""
+        deadline = time.monotonic() + timeout
+        while not settled():
+            left = deadline - time.monotonic()
+            if self.broken or left <= 0:
+                return settled()
+            with self._read_lock:
+                if not (settled() or self.broken) and select.select([self._answers], [], [], min(left, 0.05))[0]:
+                    self._take(os.read(self._answers, _READ_BYTES))
+        return True
+
+    def _take(self, data: bytes) -> None:
+        """Answers read from the process (the read lock held); none at all: it is gone."""
+        if not data:
+            self._fail()
+            return
+        if not self._started:
+            if data[:1] not in (b"R", b"C"):
+                self._fail()
+                return
+            self.compiled, self._started, data = data[:1] == b"C", True, data[1:]
+        data = self._partial + data
+        whole = len(data) - len(data) % _ANSWER
+        self._partial = data[whole:]
+        with self._lock:
+            for at in range(0, whole, _ANSWER):
+                if not self._unanswered:   # more answers than requests
                     break
-                with self._lock:
-                    block = self._unanswered.popleft()
-                    if not block.claimed:
-                        if answer[:1] != b"H":   # skipped a block nobody claimed: never taken as a root
-                            break
-                        block.root = answer[1:]
-                        self.answered += 1
-                        block.done.set()
+                block = self._unanswered.popleft()
+                if block.claimed:
+                    continue
+                if data[at] != _HASHED:   # skipped a block nobody claimed: never taken as a root
+                    break
+                block.root = data[at + 1:at + _ANSWER]
+                block.done = True
+                self.answered += 1
+            else:
+                return
         self._fail()
 
     def _wait(self, block: Block) -> None:
         """Until the process answers ``block``, or is given up for answering nothing in time."""
-        if not block.done.wait(self.answer_seconds):
+        if not self._collect(lambda: block.done, self.answer_seconds):
             self._proc.kill()
             self._fail()
 
     def _fail(self) -> None:
         """The process is gone: every block it did not answer is the executor's to hash."""
-        self.broken = True
-        self.ready.set()
         with self._lock:
-            left = list(self._unanswered)
-        for block in left:
-            block.done.set()
+            self.broken = True
+            for block in self._unanswered:
+                block.done = True
 
     def _reserve(self, length: int) -> int | None:
         """An offset where ``length`` bytes may be written, or None when the ring cannot hold them.
@@ -164,7 +221,7 @@ class HashWorker:
             with self._lock:
                 if self.broken:
                     return None
-                while self._inflight and self._inflight[0].done.is_set():
+                while self._inflight and self._inflight[0].done:
                     self._inflight.popleft()
                 if not self._inflight:
                     return 0
@@ -217,7 +274,7 @@ class HashWorker:
                         self.broken = True
                 if self.broken:
                     for b in blocks:
-                        b.done.set()
+                        b.done = True
                 else:
                     self._inflight.extend(blocks)
                     self._unanswered.extend(blocks)
@@ -231,8 +288,10 @@ class HashWorker:
     def root(self, block: Block) -> bytes:
         """The block's root: the process's answer, or computed here from the same bytes when it has
         not answered yet (the block claimed: the process skips it) or cannot."""
+        if not block.done:
+            self._poll()
         with self._lock:
-            if not block.done.is_set():
+            if not block.done:
                 block.claimed = True
                 self._claims[block.slot] = 1
         if block.root is None:
@@ -241,7 +300,7 @@ class HashWorker:
                 block.root = blocks_root(memoryview(self._ring)[block.offset:block.offset + block.length], block.chunk)
             else:
                 block.root = fast.blocks_root(self.array[block.offset:block.offset + block.length], block.chunk)
-            block.done.set()   # its bytes may be written over now
+            block.done = True   # its bytes may be written over now
         return block.root
 
     def close(self) -> None:
@@ -275,7 +334,7 @@ def worker() -> HashWorker | None:
     hashes inline).  Started on the second call."""
     global _worker, _asked, _failed
     w = _worker
-    if w is not None and w.ready.is_set():
+    if w is not None and w.ready:
         return None if w.broken else w
     with _state_lock:
         _asked += 1
@@ -305,8 +364,7 @@ def start(timeout: float = 30.0) -> HashWorker | None:
             atexit.register(_worker.close)
         w = _worker
     _compile()
-    w.ready.wait(timeout)
-    return w if w.ready.is_set() and not w.broken else None
+    return w if w.wait_ready(timeout) and not w.broken else None
 
 
 def _compile() -> None:
