@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -268,6 +269,23 @@ def test_a_run_whose_process_is_stopped_gives_the_same_trace(monkeypatch):
         assert traced("perf") == want and worker.answered == 0 and not worker.broken
     finally:
         os.kill(worker._proc.pid, signal.SIGCONT)
+    worker.close()
+
+
+def test_traced_runs_in_threads_share_the_process(monkeypatch):
+    """Four threads' traced perf runs through one process and a 1 MiB ring: one run claims the
+    blocks of another's to free the ring while their owner asks for them too, and a third reads
+    the answers.  Every trace is the same.  (When two threads could hash one claimed block, the
+    ring freed it after the first, and the second took a root of bytes written over: two or three
+    wrong traces in these 24 runs, every time.)"""
+    want = traced("perf")
+    worker = hashworker.HashWorker(1 << 20)
+    monkeypatch.setattr(hashworker, "_worker", worker)
+    assert worker.wait_ready(30)
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            assert list(pool.map(lambda _: traced("perf"), range(8))) == [want] * 8
+    assert worker._sent > 0 and not worker.broken
     worker.close()
 
 

@@ -107,6 +107,7 @@ class HashWorker:
         self.warm_bytes = min(warm_bytes, ring_bytes)
         self.answer_seconds = answer_seconds
         self._lock = threading.Lock()        # the ring, the request order and the blocks' states
+        self._hashed = threading.Condition(self._lock)   # a claimed block's root was computed here
         self._read_lock = threading.Lock()   # one thread reads the answers at a time
         self._inflight: deque[Block] = deque()     # holding ring bytes, in request order
         self._unanswered: deque[Block] = deque()   # sent, awaiting their roots, in request order
@@ -207,6 +208,7 @@ class HashWorker:
             self.broken = True
             for block in self._unanswered:
                 block.done = True
+            self._hashed.notify_all()
 
     def _reserve(self, length: int) -> int | None:
         """An offset where ``length`` bytes may be written, or None when the ring cannot hold them.
@@ -291,16 +293,23 @@ class HashWorker:
         if not block.done:
             self._poll()
         with self._lock:
+            # Claimed by another thread (a run, or a full ring): only the claimer reads its bytes, which
+            # may be written over once it is done.
+            while block.claimed and not block.done:
+                self._hashed.wait()
             if not block.done:
                 block.claimed = True
                 self._claims[block.slot] = 1
         if block.root is None:
             fast = sha.compiled_hasher()
             if fast is None:
-                block.root = blocks_root(memoryview(self._ring)[block.offset:block.offset + block.length], block.chunk)
+                root = blocks_root(memoryview(self._ring)[block.offset:block.offset + block.length], block.chunk)
             else:
-                block.root = fast.blocks_root(self.array[block.offset:block.offset + block.length], block.chunk)
-            block.done = True   # its bytes may be written over now
+                root = fast.blocks_root(self.array[block.offset:block.offset + block.length], block.chunk)
+            with self._lock:
+                block.root = root
+                block.done = True   # its bytes may be written over now
+                self._hashed.notify_all()
         return block.root
 
     def close(self) -> None:
