@@ -159,6 +159,12 @@ def hasher() -> Hasher | None:
     return compile_once(_hashers, _compile_hasher)
 
 
+def block_root(fast: Hasher | None, body: np.ndarray, size: int) -> bytes:
+    """``serializer.hashing.blocks_root`` of ``body`` (uint8, one dimension, contiguous, not empty)
+    through ``fast`` when there is one, else hashlib: the same root either way."""
+    return blocks_root(body.data, size) if fast is None else fast.blocks_root(body, size)
+
+
 def compiled_hasher() -> Hasher | None:
     """The hasher if this process compiled it already (``hasher``); never compiles."""
     return _hashers[0] if _hashers else None

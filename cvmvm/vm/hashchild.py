@@ -50,8 +50,7 @@ def main() -> None:
         os.nice(NICE)
     root, fd, size, claims = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     sys.path.insert(0, root)
-    from serializer.hashing import blocks_root
-    from serializer.sha import hasher
+    from serializer.sha import block_root, hasher
 
     try:
         fast = hasher()
@@ -82,10 +81,7 @@ def main() -> None:
             unsent += 1
             continue
         out.write(b"H")
-        if fast is None:
-            out.write(blocks_root(ring[offset:offset + length], chunk))
-        else:
-            out.write(fast.blocks_root(array[offset:offset + length], chunk))
+        out.write(block_root(fast, array[offset:offset + length], chunk))
         unsent += length
 
 

@@ -57,7 +57,6 @@ from typing import IO, Callable
 import numpy as np
 
 from serializer import sha
-from serializer.hashing import blocks_root
 
 RING_BYTES = 1 << 25
 # Bodies go back to the ring's start once this much of it is used, when the start is free: the
@@ -301,11 +300,7 @@ class HashWorker:
                 block.claimed = True
                 self._claims[block.slot] = 1
         if block.root is None:
-            fast = sha.compiled_hasher()
-            if fast is None:
-                root = blocks_root(memoryview(self._ring)[block.offset:block.offset + block.length], block.chunk)
-            else:
-                root = fast.blocks_root(self.array[block.offset:block.offset + block.length], block.chunk)
+            root = sha.block_root(sha.compiled_hasher(), self.array[block.offset:block.offset + block.length], block.chunk)
             with self._lock:
                 block.root = root
                 block.done = True   # its bytes may be written over now
