@@ -7,7 +7,10 @@ numpy calls hold it: on a 2-core machine both slowed down, and a traced perf run
 took longer with two hashing threads (45 ms) than hashing inline (34 ms).  A
 thread with the compiled hasher (below: one call a body, without the GIL, the
 executor copying nothing) still lost to the process: perf traced at
-1.39-1.46x untraced against 1.35-1.39x (2026-11-29).  A process has its own
+1.39-1.46x untraced against 1.35-1.39x (2026-11-29), and again hashing the 4-byte bodies
+in place, copying nothing: 2.2-2.5x against 1.4-1.5x.  Not for the GIL but for memory: tensors
+held until hashed are not reused by the allocator, so the executor writes its next ones into
+fresh pages and cold memory (docs/BENCHMARKS.md, 2026-11-29, 22:53).  A process has its own
 interpreter: the executor copies each large body into a
 buffer both processes map, names its blocks on a pipe, and goes on; the
 process sends back each block's root (perf traced: 23 ms).  With numba (the
