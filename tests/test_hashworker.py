@@ -144,6 +144,23 @@ def test_blocks_in_flight_when_the_process_dies_are_hashed_here():
     worker.close()
 
 
+def test_a_request_that_cannot_be_sent_gives_the_process_up():
+    """A dead process's pipe refuses the next request: the process is given up as when it is seen
+    to be gone, every block it did not answer is the executor's, and every root is still right."""
+    worker = hashworker.HashWorker(1 << 20)
+    assert worker.wait_ready(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    first, second = os.urandom(20000), os.urandom(9000)
+    (sent,) = put_bytes(worker, first)
+    os.kill(worker._proc.pid, signal.SIGKILL)
+    worker._proc.wait(10)
+    (unsent,) = put_bytes(worker, second)   # written into the ring; its request fails
+    assert worker.broken and sent.done and unsent.done and not sent.claimed
+    assert worker.roots([sent, unsent]) == [root_of(first), root_of(second)]
+    assert put_bytes(worker, second) is None
+    worker.close()
+
+
 def test_a_stopped_process_holds_no_run_back():
     """Stopped (SIGSTOP), it answers nothing: the roots a run asks for are claimed and hashed here at
     once, long before answer_seconds.  Resumed, it skips what was claimed and answers what follows."""

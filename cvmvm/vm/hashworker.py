@@ -151,8 +151,7 @@ class HashWorker:
         if self.broken or not self._read_lock.acquire(blocking=False):
             return
         try:
-            if select.select([self._answers], [], [], 0)[0]:
-                self._take(os.read(self._answers, _READ_BYTES))
+            self._read(0)
         finally:
             self._read_lock.release()
 
@@ -165,9 +164,14 @@ class HashWorker:
             if self.broken or left <= 0:
                 return settled()
             with self._read_lock:
-                if not (settled() or self.broken) and select.select([self._answers], [], [], min(left, 0.05))[0]:
-                    self._take(os.read(self._answers, _READ_BYTES))
+                if not (settled() or self.broken):
+                    self._read(min(left, 0.05))
         return True
+
+    def _read(self, seconds: float) -> None:
+        """Take the answers that arrive within ``seconds`` (the read lock held)."""
+        if select.select([self._answers], [], [], seconds)[0]:
+            self._take(os.read(self._answers, _READ_BYTES))
 
     def _take(self, data: bytes) -> None:
         """Answers read from the process (the read lock held); none at all: it is gone."""
@@ -207,10 +211,14 @@ class HashWorker:
     def _fail(self) -> None:
         """The process is gone: every block it did not answer is the executor's to hash."""
         with self._lock:
-            self.broken = True
-            for block in self._unanswered:
-                block.done = True
-            self._hashed.notify_all()
+            self._give_up()
+
+    def _give_up(self) -> None:
+        """``_fail``, the lock held."""
+        self.broken = True
+        for block in self._unanswered:
+            block.done = True
+        self._hashed.notify_all()
 
     def _reserve(self, length: int) -> int | None:
         """An offset where ``length`` bytes may be written, or None when the ring cannot hold them.
@@ -275,7 +283,7 @@ class HashWorker:
                         self._stdin.write(b"".join(_REQUEST.pack(b.offset, b.length, chunk, b.slot) for b in blocks))
                         self._stdin.flush()
                     except OSError:
-                        self.broken = True
+                        self._give_up()
                 if self.broken:
                     for b in blocks:
                         b.done = True
