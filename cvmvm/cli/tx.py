@@ -428,7 +428,7 @@ def add_commands(command: Command) -> None:
                                                       "calldata as hex (an element proof)")
     p.add_argument("--commitment-id", type=non_negative_int, help="the contract's id of the disputed commitment "
                                                                   "(with --calldata)")
-    p.add_argument("--against", metavar="TRACE", help="prove a disputed run wrong: its trace file (format 2); "
+    p.add_argument("--against", metavar="TRACE", help="prove a disputed run wrong: its trace file (cvmvm-trace/3); "
                                                       "the proof opens its first wrong instruction")
     p.add_argument("--claimed-output", metavar="NPY", help="with --against: the disputed run's value of that "
                                                            "instruction's output")
@@ -446,7 +446,7 @@ def add_commands(command: Command) -> None:
     p = command("prove-outputs", cmd_prove_outputs, "write the calldata that refutes a commitment whose output hash "
                                                     "is not its trace's")
     model_args(p)
-    p.add_argument("--against", metavar="TRACE", required=True, help="the committed run's trace file (format 2)")
+    p.add_argument("--against", metavar="TRACE", required=True, help="the committed run's trace file (cvmvm-trace/3)")
     p.add_argument("--calldata", metavar="FILE", required=True, help="where to write challengeOutputs calldata (hex)")
     p.add_argument("--commitment-id", type=non_negative_int, required=True, help="the contract's id of the commitment")
 
