@@ -270,7 +270,9 @@ def test_a_run_whose_process_dies_midway_gives_the_same_trace(monkeypatch):
     worker._proc.wait(10)
     monkeypatch.undo()
     monkeypatch.setattr(hashworker, "_worker", worker)
-    assert worker.ready and worker.broken and hashworker.worker() is None
+    # The run may have claimed every block the process left and read no answer: the next run's
+    # worker() sees the exit.
+    assert hashworker.worker() is None and worker.broken
     assert traced("perf") == want    # later runs hash inline
     worker.close()
 

@@ -350,6 +350,10 @@ def worker() -> HashWorker | None:
     global _worker, _asked, _failed
     w = _worker
     if w is not None and w.ready:
+        if not w.broken and w._proc.poll() is not None:
+            # Exited since: a run that claimed what the process left reads no answer, so without this
+            # the next run would learn it only when its first request failed, its bodies copied in vain.
+            w._fail()
         return None if w.broken else w
     with _state_lock:
         _asked += 1
