@@ -1,11 +1,12 @@
-# About 600 lines: every file cvmvm reads or writes passes here, and reads and writes share one error mapping.
+# About 700 lines: every file cvmvm reads or writes passes here, and reads and writes share one error mapping.
 """Reading and writing the files cvmvm handles: bounded reads, and writes committed as one unit.
 
 Reading: a path must name a regular file (a device, fifo, socket or directory
 is refused from its ``stat``, before it is opened), its size is checked against
-the caller's limit before anything is allocated, and it is read in bounded
-steps.  A .npy file's header is parsed by hand, and the data size it declares is
-checked against the file's real size before the data is read.
+the caller's limit (or the limit of the kind its first bytes show) before
+anything is allocated, and it is read in bounded steps.  A .npy file's header
+is parsed by hand, and the data size it declares is checked against the file's
+real size before the data is read.
 
 Writing (README "Reliability"): ``Outputs`` checks every output path before the
 command does its work (its directory exists, it is not one of the command's
@@ -36,11 +37,12 @@ import secrets
 import stat
 import time
 from contextlib import contextmanager
-from typing import Any, BinaryIO, Iterable, Iterator, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Union
 
 import numpy as np
 
-from isa.errors import InputError, IOFailure, LimitError, MalformedError, UsageError
+from isa.errors import CvmError, InputError, IOFailure, LimitError, MalformedError, UsageError
+from serializer import strict
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -109,11 +111,12 @@ def open_regular(path: PathLike, what: str, follow: bool = True) -> tuple[io.Fil
     return io.FileIO(fd, "rb"), st.st_size
 
 
-def read_bounded(f: BinaryIO, expected: int, limit: int, what: str, path: PathLike) -> bytes:
-    """Everything left in ``f``, expected to be ``expected`` bytes, in steps of at most READ_STEP;
-    a file that grows past ``limit`` while it is read is refused."""
-    parts: list[bytes] = []
-    total = 0
+def read_bounded(f: BinaryIO, expected: int, limit: int, what: str, path: PathLike, start: bytes = b"") -> bytes:
+    """``start`` (bytes already read from ``f``) and everything left in ``f``, expected to be
+    ``expected`` bytes in all, in steps of at most READ_STEP; a file that grows past ``limit``
+    while it is read is refused."""
+    parts: list[bytes] = [start] if start else []
+    total = len(start)
     while True:
         want = expected - total if total < expected else 1 << 16
         try:
@@ -138,6 +141,26 @@ def read_bytes(path: PathLike, what: str, limit: int = MAX_FILE_BYTES, *, follow
         return read_bounded(f, size, limit, what, path)
 
 
+HEAD_BYTES = 64   # enough to tell any kind of file cvmvm reads from the bytes it begins with
+
+
+def read_by_head(path: PathLike, what: str, limit_of: Callable[[bytes], tuple[int, str]]) -> bytes:
+    """The whole file, under the limit of the kind of file it is: ``limit_of`` gives, for its
+    first HEAD_BYTES bytes, the limit and what to call the file in messages.  A file over its
+    kind's limit is refused from its size before more than those bytes is read: read first under
+    any file's 4 GiB, a 1 GiB graph JSON (limited to 64 MiB) cost 12 s and 2 GB to refuse."""
+    f, size = open_regular(path, what)
+    with f:
+        try:
+            head = f.read(min(HEAD_BYTES, size))
+        except OSError as e:
+            raise read_failure(e, what, path) from None
+        limit, kind = limit_of(head)
+        if size > limit:
+            raise _too_large(size, limit, kind, path)
+        return read_bounded(f, size, limit, kind, path, head)
+
+
 # .npy (numpy's format.py, versions 1.0-3.0): magic, version, header length, a
 # Python dict literal, data.  numpy reads headers of at most 10,000 bytes by default.
 NPY_MAGIC = b"\x93NUMPY"
@@ -145,6 +168,9 @@ MAX_NPY_HEADER = 10_000
 NPY_KEYS = {"descr", "fortran_order", "shape"}
 _SIMPLE_DESCR = re.compile(r"[<>|=][biuf][0-9]{1,2}")   # bool, integers, floats: all a VM input can be
 _LONG_NUMBER = re.compile(r"[0-9]{20}")   # longer than any valid dimension (< 2^64)
+# A number token: a digit not inside a name or another number ('<i4' holds a letter's digit).
+_NUMBER = re.compile(r"(?<![\w.])[0-9][\w.]*")
+_DECIMAL = re.compile(r"[0-9]+")
 
 
 def _npy_header(f: BinaryIO, path: PathLike) -> tuple[np.dtype, tuple[int, ...], bool]:
@@ -174,6 +200,11 @@ def _npy_header(f: BinaryIO, path: PathLike) -> tuple[np.dtype, tuple[int, ...],
     # int() of a long digit string depends on PYTHONINTMAXSTRDIGITS: refuse it first.
     if _LONG_NUMBER.search(text):
         raise bad("header holds a number of 20 or more digits")
+    # 0x..., 0o..., 0b... and 1_000 pass the digit count above with any value: numpy writes
+    # plain decimals, so nothing else is read.
+    for m in _NUMBER.finditer(text):
+        if not _DECIMAL.fullmatch(m.group()):
+            raise bad(f"header holds {m.group()[:40]!r}, not a plain decimal integer")
     try:
         header = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -210,13 +241,17 @@ def read_npy(path: PathLike, limit: int = MAX_FILE_BYTES) -> np.ndarray:
             offset = f.tell()
         except OSError as e:
             raise read_failure(e, ".npy file", path) from None
-        count = 1
+        # numpy multiplies the dimensions other than 0 even for an empty array, and fails on a
+        # product past 2^63: they are bounded as if the array held data.
+        extent = 1
         for d in shape:
-            count *= d
-        nbytes = count * dtype.itemsize
-        if nbytes > limit:
-            raise LimitError("bytes", f"{path}: array of {count} x {dtype.itemsize} bytes exceeds the limit of "
+            extent *= max(d, 1)
+        if extent * dtype.itemsize > limit:
+            what = "array" if all(shape) else "empty array's dimensions other than 0 describe an array"
+            raise LimitError("bytes", f"{path}: {what} of {extent} x {dtype.itemsize} bytes, over the limit of "
                                       f"{limit}")
+        count = extent if all(shape) else 0
+        nbytes = count * dtype.itemsize
         if offset + nbytes != size:
             raise MalformedError("npy", f"{path}: the header declares {nbytes} bytes of data, the file holds "
                                         f"{size - offset}")
@@ -344,23 +379,34 @@ def _valid_record(record: Any, directory: str, token: str) -> bool:
     return all(type(p) is str and os.path.dirname(p) in dirs for p in removes)
 
 
+def _read_record(path: str, directory: str, token: str) -> dict[str, Any] | None:
+    """The commit record at ``path``, or None when it is not one of ours.  Its owner and size are
+    checked on the open file before a byte is read: a record anyone else planted is never parsed
+    (one of "[" * 100000 made every later write there fail with RecursionError)."""
+    try:
+        f, size = open_regular(path, "commit record", follow=False)
+    except CvmError:
+        return None
+    with f:
+        try:
+            if os.fstat(f.fileno()).st_uid != os.getuid() or size > MAX_RECORD_BYTES:
+                return None
+            data = read_bounded(f, size, MAX_RECORD_BYTES, "commit record", path)
+            record = strict.parse_json(data.decode("utf-8"), "commit_record", path)
+        except (OSError, ValueError, CvmError):
+            return None
+    return record if _valid_record(record, directory, token) else None
+
+
 def _pending(directory: str) -> list[tuple[str, dict[str, Any] | None]]:
     """The commit records in a directory: (path, the record, or None when it is not one of ours:
-    unreadable, of another user, or naming files it has no business with)."""
+    unreadable, of another user, not cvmvm's JSON, or naming files it has no business with)."""
     found = []
     for name in sorted(os.listdir(directory)):
         m = _RECORD.fullmatch(name)
         if m:
             path = os.path.join(directory, name)
-            try:
-                st = os.lstat(path)
-                record = json.loads(read_bytes(path, "commit record", MAX_RECORD_BYTES, follow=False))
-            except (OSError, ValueError, IOFailure, LimitError):
-                record = None
-            else:
-                if st.st_uid != os.getuid() or not _valid_record(record, directory, m.group(1)):
-                    record = None
-            found.append((path, record))
+            found.append((path, _read_record(path, directory, m.group(1))))
     return found
 
 

@@ -57,13 +57,9 @@ def versions() -> dict[str, int | str | list[str]]:
 
 def _record_name(data: bytes) -> str | None:
     """The format name of a msgpack map whose first key is "format" (a fixmap or map16/32 header)."""
-    head = data[:1]
-    if head and 0x80 <= head[0] <= 0x8f:
-        pos = 1
-    elif head in (b"\xde", b"\xdf"):
-        pos = 3 if head == b"\xde" else 5
-    else:
+    if not msgpack_map(data):
         return None
+    pos = {0xde: 3, 0xdf: 5}.get(data[0], 1)
     if data[pos:pos + len(_FORMAT_KEY)] != _FORMAT_KEY:
         return None
     pos += len(_FORMAT_KEY)
@@ -103,6 +99,19 @@ def detect(data: bytes) -> str | None:
         if _GRAPH_KEY.search(data):
             return CORTEX_GRAPH
     return None
+
+
+def msgpack_map(head: bytes) -> bool:
+    """Whether ``head`` begins with a msgpack map header, as every cvmvm record does."""
+    return bool(head) and (0x80 <= head[0] <= 0x8f or head[0] in (0xde, 0xdf))
+
+
+def json_head(head: bytes) -> bool:
+    """Whether a file that begins with ``head`` is JSON text (a Cortex graph or a trace): it begins
+    with '{' or whitespace, as no other kind does (a msgpack record begins with a map header, the
+    binary formats with their magic).  A reader picks the kind's byte limit from this before it
+    reads the rest."""
+    return head[:1] == b"{" or head[:1].isspace()
 
 
 def _a(kind: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import re
 import struct
 from typing import Any, Callable, TypeVar
 
@@ -26,14 +25,16 @@ from isa.types import DTYPES, INT32, WIRE_DTYPES, MAX_PRECISION, MIN_PRECISION, 
 MAX_ITEMS = 1 << 20       # items in any msgpack array
 MAX_KEYS = 64             # entries in any msgpack map
 MAX_NAME = 1 << 10        # bytes in any msgpack str
+# Bytes of Python objects an unpacked value may hold per byte of its msgpack outside bins' payloads
+# (scan).  cvmvm's records need 13-19; a stream of empty maps would need 72.
+OBJECT_BYTES_PER_BYTE = 32
 MAX_JSON_DIGITS = 20      # digits in a JSON integer: every valid one has fewer (2^64 has 20)
 # Nesting of JSON arrays and objects: every file cvmvm reads nests a few levels.  Checked before
 # json.loads, whose C parser recurses once per level: Python's recursion limit bounds it only
 # while nobody raised that limit (py-evm, imported by the chain tests, sets it to 100,000, and a
 # nesting that deep overflows the C stack).
 MAX_JSON_DEPTH = 100
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_DEPTH_STEP = 1 << 22
+_DEPTH_STEP = 1 << 20     # bytes json_depth looks at in one numpy pass (a few MiB of temporaries)
 
 Record = TypeVar("Record")
 
@@ -203,19 +204,31 @@ _SIZED: dict[int, tuple[int, str]] = {
 # Header byte -> payload bytes of a sized integer.
 _FIXED: dict[int, int] = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8}
 _LENGTH = {1: struct.Struct(">B"), 2: struct.Struct(">H"), 4: struct.Struct(">I")}
+_CACHED_INTS = (0xcc, 0xd0)   # uint8, int8: CPython shares every int in [-5, 256]
 
 
-def scan(data: bytes, reader: Reader, bins: list[tuple[int, int]] | None = None) -> None:
+def scan(data: bytes, reader: Reader, bins: list[tuple[int, int]] | None = None) -> int:
     """Check the token stream before unpacking: one complete value, no floats or
     extension types, every count and length within its bound and within the
     bytes that remain.  A container's items take at least one byte each, so
     the lists msgpack preallocates never hold more slots than the data has
     bytes, whatever the headers claim.  ``bins``, when given, gets each bin's
     payload as (start, end), in stream order.
+
+    The objects unpacking would build are costed too, each at CPython's size
+    for it or more (a reference 8 bytes, an int outside the cached ones 32, a
+    str 49 + its bytes, or 80 + 4 per byte when not ASCII, a bin 33 beside its
+    payload, an array 56, a map 64 + 40 a key; the empty str and bin and
+    one-byte ones are shared), and refused beyond OBJECT_BYTES_PER_BYTE per
+    byte of the data outside bins' payloads: a one-byte empty map is 72 bytes
+    of objects, so without this a record would cost 72 times its size.
+    Returns those bytes of objects.
     """
     end = len(data)
     pos = 0
     pending = 1  # values still to read
+    objects = 0  # bytes of the objects unpacking builds, but for bins' payloads
+    payloads = 0
     while pending:
         if pos >= end:
             raise reader.fail(f"truncated: {pending} more values expected at byte {pos}")
@@ -223,6 +236,7 @@ def scan(data: bytes, reader: Reader, bins: list[tuple[int, int]] | None = None)
         b = data[pos]
         pos += 1
         pending -= 1
+        objects += 8
         if b <= 0x7f or b >= 0xe0 or b in (0xc0, 0xc2, 0xc3):
             continue
         if b in _FIXED:
@@ -230,6 +244,7 @@ def scan(data: bytes, reader: Reader, bins: list[tuple[int, int]] | None = None)
                 raise reader.fail(f"truncated: the integer at byte {start} needs {_FIXED[b]} more bytes; "
                                   f"the data ends at byte {end}")
             pos += _FIXED[b]
+            objects += 0 if b in _CACHED_INTS else 32
             continue
         if 0x80 <= b <= 0x8f:
             kind, n = "map", b & 0x0f
@@ -253,23 +268,34 @@ def scan(data: bytes, reader: Reader, bins: list[tuple[int, int]] | None = None)
             if n > MAX_ITEMS:
                 raise reader.fail(f"array of {n} items exceeds {MAX_ITEMS}")
             pending += n
+            objects += 56
         elif kind == "map":
             if n > MAX_KEYS:
                 raise reader.fail(f"map of {n} keys exceeds {MAX_KEYS}")
             pending += 2 * n
+            objects += 64 + 40 * n
         else:
             if kind == "str" and n > MAX_NAME:
                 raise reader.fail(f"string of {n} bytes exceeds {MAX_NAME}")
             if pos + n > end:
                 raise reader.fail(f"truncated: the {kind} at byte {start} holds {n} bytes, but only {end - pos} "
                                   f"follow before the data ends at byte {end}")
-            if bins is not None and kind == "bin":
-                bins.append((pos, pos + n))
+            if kind == "bin":
+                payloads += n
+                objects += 33 if n > 1 else 0
+                if bins is not None:
+                    bins.append((pos, pos + n))
+            elif n > 1:
+                objects += 49 + n if data[pos:pos + n].isascii() else 80 + 4 * n
             pos += n
         if pos + pending > end:
             raise reader.fail(f"truncated: {pending} more values expected after byte {pos} of {end}")
     if pos != end:
         raise reader.fail(f"{end - pos} trailing bytes after the value")
+    if objects > OBJECT_BYTES_PER_BYTE * (end - payloads):
+        raise reader.fail(f"its {end - payloads} bytes outside bins would unpack into {objects} bytes of objects, "
+                          f"more than {OBJECT_BYTES_PER_BYTE} a byte: no record is made of so many small values")
+    return objects
 
 
 # -- decoding: the whole -----------------------------------------------------------------
@@ -299,6 +325,10 @@ def unpack(data: bytes, reader: Reader) -> Any:
     except (ValueError, msgpack.UnpackException, TypeError) as e:
         # Invalid UTF-8, a non-str map key, nesting deeper than msgpack's stack.
         raise reader.fail(f"not valid msgpack: {type(e).__name__} {e}") from None
+    except MemoryError:
+        # The scan bounds the objects by the data's size; a process with less memory than that still
+        # gets an answer, not a crash.
+        raise LimitError("memory", f"{len(data)} bytes of msgpack do not fit in memory unpacked") from None
 
 
 def decode(data: bytes, reader: Reader, max_bytes: int, what: str,
@@ -318,14 +348,35 @@ def decode(data: bytes, reader: Reader, max_bytes: int, what: str,
 
 def json_depth(text: str) -> int:
     """The deepest nesting of arrays and objects in JSON text (brackets inside strings not
-    counted), in bounded steps without recursion."""
-    raw = np.frombuffer(_JSON_STRING.sub(b"", text.encode("utf-8", "surrogatepass")), dtype=np.uint8)
+    counted), in one linear pass of bounded steps, without recursion.
+
+    A quote opens or closes a string unless an odd run of backslashes precedes it.  Outside
+    strings JSON has no backslash, so on any text json.loads reads, the count is exact up to
+    where it stops reading.  (A regular expression over strings retried from every quote of an
+    unclosed one, quadratic in the text.)"""
+    raw = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
     depth = deepest = 0
+    inside = False       # within a string where the previous step ended
+    odd_run = 0          # the previous step ended in an odd run of backslashes
     for i in range(0, len(raw), _DEPTH_STEP):
         part = raw[i:i + _DEPTH_STEP]
-        step = ((part == ord("[")) | (part == ord("{"))).astype(np.int32) - ((part == ord("]")) | (part == ord("}")))
+        at = np.arange(len(part), dtype=np.int32)
+        slash = part == ord("\\")
+        # The last byte at or before each position that is no backslash (-1 - odd_run before the
+        # first: only the parity of a run matters), so position k follows k - 1 - last[k - 1] of them.
+        last = np.maximum.accumulate(np.where(slash, np.int32(-1 - odd_run), at))
+        run = np.empty(len(part), dtype=np.int32)
+        run[0] = odd_run
+        run[1:] = at[:-1] - last[:-1]
+        quote = (part == ord('"')) & (run % 2 == 0)
+        strings = np.cumsum(quote, dtype=np.int32) + inside     # odd: within a string (or its opening quote)
+        outside = strings % 2 == 0
+        step = (((part == ord("[")) | (part == ord("{"))) & outside).astype(np.int32)
+        step -= ((part == ord("]")) | (part == ord("}"))) & outside
         levels = np.cumsum(step, dtype=np.int64) + depth
         deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
+        inside = bool(strings[-1] % 2)
+        odd_run = int(len(part) - 1 - last[-1]) % 2
     return deepest
 
 
@@ -359,3 +410,8 @@ def parse_json(text: str, reason: str, what: str) -> Any:
         raise MalformedError(reason, f"{what} is nested too deeply") from None
     except ValueError as e:
         raise MalformedError(reason, f"{what} does not parse: {e}") from None
+    except MemoryError:
+        # Parsed JSON holds at most about 40 bytes of objects per character at its peak (`[[]],`:
+        # lists of 56 bytes for two characters each, measured), so the callers' limits on the text
+        # bound it; a process with less memory than that still gets an answer, not a crash.
+        raise LimitError("memory", f"{what}: {len(text)} characters of JSON do not fit in memory parsed") from None

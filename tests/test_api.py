@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 
 import cvmvm
+from cvmvm import files
 from isa.errors import CvmError
 from isa.table import ISA_VERSION
 from isa.types import INT32, TensorType
 from serializer import native
 from serializer.hashing import tensor_commitment, trace_root, tree_root
 from serializer.cortex.layout import CANONICAL_VERSION
+from serializer.limits import MAX_GRAPH_JSON_BYTES
 from serializer.model import Input
 from serializer.records import receipt as receipt_codec, stepproof, trace as trace_codec, transactions
 from cvmvm.vm.api import single_op_model
@@ -77,6 +79,29 @@ def test_load_names_a_file_of_another_kind(digits, cortex_files, tmp_path):
     assert code_of(lambda: cvmvm.load(b"\x00garbage")) == "malformed.native"
     assert code_of(lambda: cvmvm.load(b"{not json")) == "malformed.graph_json"
     assert code_of(lambda: cvmvm.load(cortex_files / "graph.json")) == "invalid.graph"  # no params file given
+
+
+def test_a_graph_json_path_is_read_under_the_graph_limit(tmp_path, monkeypatch):
+    # Defect: a 1 GiB graph JSON was read whole (12 s, 2 GB) before its 64 MiB limit refused it.
+    path = tmp_path / "big.json"
+    reads: list[int] = []
+    real = files.read_bounded
+
+    def counted(f, expected, *rest, **kwargs):
+        reads.append(expected)
+        return real(f, expected, *rest, **kwargs)
+
+    monkeypatch.setattr(files, "read_bounded", counted)
+    for size, code, read in ((MAX_GRAPH_JSON_BYTES, "malformed.graph_json", [MAX_GRAPH_JSON_BYTES]),
+                             (MAX_GRAPH_JSON_BYTES + 1, "limit.bytes", [])):
+        with open(path, "wb") as f:
+            f.write(b' {"nodes": ')
+            f.truncate(size)                   # the rest a hole: at the limit a graph of NULs, past it refused unread
+        reads.clear()
+        assert (code_of(lambda: cvmvm.load(path)), reads) == (code, read)
+        assert code_of(lambda: cvmvm.load(str(path), b"")) == code
+    with pytest.raises(CvmError, match=f"graph JSON {path}: {MAX_GRAPH_JSON_BYTES + 1} bytes exceed the limit"):
+        cvmvm.load(path)
 
 
 @pytest.mark.parametrize("call, code", [

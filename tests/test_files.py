@@ -135,6 +135,20 @@ def npy(tmp_path: Path, header: str | bytes, data: bytes = b"", version: int = 1
     ("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", b"\0" * 25, "malformed.npy"),
     ("{'descr': '<i4', 'fortran_order': False, 'shape': (1 << 40,), }", b"", "malformed.npy"),
     ("{'descr': '<i4', 'fortran_order': False, 'shape': (1099511627776, 4096), }", b"", "limit.bytes"),
+    # an empty array's other dimensions are bounded too (numpy's reshape: a bare ValueError, internal.bug)
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0, 4611686018427387904, 4611686018427387904)}", b"",
+     "limit.bytes"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0, 1073741824, 2)}", b"", "limit.bytes"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0" + ", 4294967295" * 3 + ")}", b"", "limit.bytes"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0, 4294967296)}", b"", "limit.bytes"),
+    # only plain decimal integers: the others pass the 20-digit check with any value
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0, 1_000_000_000_000_000_000_000)}", b"", "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0, 0xffffffffffffffffffff)}", b"", "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0x2,)}", b"\0" * 8, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0o2,)}", b"\0" * 8, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (0b10,)}", b"\0" * 8, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (1_0,)}", b"\0" * 40, "malformed.npy"),
+    ("{'descr': '<i4', 'fortran_order': False, 'shape': (2.0,)}", b"\0" * 8, "malformed.npy"),
     # zero-size and non-numeric dtypes (numpy: OverflowError on a zero itemsize)
     ("{'descr': '|V0', 'fortran_order': False, 'shape': (3,), }", b"", "input.dtype"),
     ("{'descr': '<U0', 'fortran_order': False, 'shape': (3,), }", b"", "input.dtype"),
@@ -181,6 +195,58 @@ def test_read_npy_header_bounds(tmp_path):
     assert code_of(files.read_npy, npy(tmp_path, "{'descr'", raw_len=(500).to_bytes(2, "little"))) == "malformed.npy"
     (tmp_path / "short.npy").write_bytes(b"\x93NUM")
     assert code_of(files.read_npy, tmp_path / "short.npy") == "malformed.npy"
+
+
+def test_an_empty_arrays_dimensions_are_bounded_as_a_full_ones(tmp_path):
+    """The bound is the data the other dimensions describe: at it an empty array is read, past it not."""
+    header = "{'descr': '<i4', 'fortran_order': False, 'shape': (0, %d, %d), }"
+    assert files.read_npy(npy(tmp_path, header % (1 << 20, 1 << 10)), limit=1 << 32).shape == (0, 1 << 20, 1 << 10)
+    assert code_of(files.read_npy, npy(tmp_path, header % (1 << 20, 1 << 10)), limit=(1 << 32) - 1) == "limit.bytes"
+    assert files.read_npy(npy(tmp_path, header % (0, 1 << 30))).shape == (0, 0, 1 << 30)
+
+
+def _sparse(path: Path, head: bytes, size: int) -> Path:
+    """A file of ``size`` bytes that begins with ``head``, the rest a hole that costs no disk."""
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+    return path
+
+
+def _never_read(*args, **kwargs):
+    raise AssertionError("the file was read beyond its first bytes")
+
+
+def test_read_by_head_reads_under_the_limit_of_the_kind_its_first_bytes_show(tmp_path, monkeypatch):
+    def limit_of(head: bytes) -> tuple[int, str]:
+        return (10, "small kind") if head.startswith(b"s") else (300, "large kind")
+
+    (tmp_path / "s").write_bytes(b"s" * 10)
+    assert files.read_by_head(tmp_path / "s", "x", limit_of) == b"s" * 10
+    (tmp_path / "l").write_bytes(bytes(range(256)) + b"l" * 44)
+    monkeypatch.setattr(files, "READ_STEP", 7)
+    assert files.read_by_head(tmp_path / "l", "x", limit_of) == bytes(range(256)) + b"l" * 44
+    (tmp_path / "e").write_bytes(b"")
+    assert files.read_by_head(tmp_path / "e", "x", limit_of) == b""
+    (tmp_path / "s").write_bytes(b"s" * 11)
+    monkeypatch.setattr(files, "read_bounded", _never_read)
+    with pytest.raises(CvmError, match="small kind") as e:
+        files.read_by_head(tmp_path / "s", "x", limit_of)
+    assert e.value.code == "limit.bytes"
+    assert code_of(files.read_by_head, tmp_path / "missing", "x", limit_of) == "io.not_found"
+    assert code_of(files.read_by_head, tmp_path, "x", limit_of) == "io.not_regular"
+
+
+@pytest.mark.parametrize("argv", [["show", "{f}"], ["hash", "{f}"], ["verify", "{f}"], ["disasm", "{f}"],
+                                  ["convert", "{f}", "{d}/out.cvm"], ["run", "{f}", "--input", "data={d}/x.npy"]])
+@pytest.mark.parametrize("head", [b'{"nodes": ', b'\n  {"nodes": '])
+def test_a_huge_graph_json_is_refused_from_its_size_before_it_is_read(capsys, tmp_path, monkeypatch, argv, head):
+    # Defect: read under any file's 4 GiB, a 1 GiB graph JSON took 12 s and 2 GB before its 64 MiB limit refused it.
+    big = _sparse(tmp_path / "big.json", head, 1 << 30)
+    monkeypatch.setattr(files, "read_bounded", _never_read)
+    code, err = cli(capsys, [a.format(f=big, d=tmp_path) for a in argv])
+    assert code == EXIT_CODES["limit"] and err.startswith("cvmvm: error limit.bytes:"), err
+    assert str(big) in err and "1073741824 bytes" in err
 
 
 @pytest.mark.parametrize("value", [
@@ -451,6 +517,62 @@ def test_a_planted_commit_record_is_ignored(tmp_path):
     (tmp_path / "d" / files.record_name(token)).write_text(json.dumps(record))
     files.recover(tmp_path / "d")
     assert victim.read_bytes() == b"keep" and list((tmp_path / "d").iterdir()) == []
+
+
+def _planted(directory: Path, token: str, data: bytes) -> Path:
+    path = directory / files.record_name(token)
+    path.write_bytes(data)
+    return path
+
+
+def test_a_commit_record_that_does_not_parse_is_removed_not_fatal(tmp_path):
+    # Defect: a record of "[" * 100000 made every later write in its directory fail with RecursionError.
+    for k, data in enumerate([b"[" * 100000, b'{"a": ' * 100000, b"{" + b"[" * 2000 + b"]" * 2000 + b"}",
+                              b'{"format": "cvmvm-commit/1", "format": 1}', b"\xff\xfe", b"not json",
+                              b"", b"[1e999999]", b"[" + b"9" * 100000 + b"]"]):
+        _planted(tmp_path, f"{k:016x}", data)
+    files.write_file(tmp_path / "out.bin", b"x", "output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+    assert (tmp_path / "out.bin").read_bytes() == b"x"
+
+
+def _removing(tmp_path: Path, victim: Path, pad: int) -> bytes:
+    """A record, honoured if read, whose commit point is itself and that removes ``victim``;
+    ``pad`` spaces make it that much longer."""
+    record = {"format": files.COMMIT_FORMAT, "dirs": [str(tmp_path)], "renames": [], "removes": [str(victim)]}
+    return json.dumps(record).encode() + b" " * pad
+
+
+def test_a_commit_record_is_read_only_up_to_its_limit(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    over = _removing(tmp_path, victim, 0)
+    _planted(tmp_path, "1" * files.TOKEN_HEX, over + b" " * (files.MAX_RECORD_BYTES + 1 - len(over)))
+    files.recover(tmp_path)
+    assert victim.read_bytes() == b"keep" and [p.name for p in tmp_path.iterdir()] == ["victim"]
+    at = _removing(tmp_path, victim, 0)
+    _planted(tmp_path, "2" * files.TOKEN_HEX, at + b" " * (files.MAX_RECORD_BYTES - len(at)))
+    files.recover(tmp_path)   # a record of its own: finished, the file it removes removed
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_commit_record_that_is_no_regular_file_is_removed_unopened(tmp_path):
+    os.mkfifo(tmp_path / files.record_name("3" * files.TOKEN_HEX))   # opening it would block
+    (tmp_path / "target").write_bytes(_removing(tmp_path, tmp_path / "victim", 0))
+    (tmp_path / files.record_name("4" * files.TOKEN_HEX)).symlink_to(tmp_path / "target")
+    files.recover(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["target"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another owner needs root to make")
+def test_a_commit_record_of_another_user_is_never_read(tmp_path, monkeypatch):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    for digit, data in (("5", b"[" * 100000), ("6", _removing(tmp_path, victim, 0))):
+        os.chown(_planted(tmp_path, digit * files.TOKEN_HEX, data), 12345, 12345)
+    monkeypatch.setattr(files, "read_bounded", _never_read)
+    files.recover(tmp_path)
+    assert victim.read_bytes() == b"keep" and [p.name for p in tmp_path.iterdir()] == ["victim"]
 
 
 def test_json_has_no_infinities(capsys, tmp_path):

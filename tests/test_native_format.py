@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import hashlib
 import struct
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,8 @@ from isa.table import ISA_VERSION, OP_BY_NAME, OPCODE, OPS
 from isa.types import DTYPES, INT32, TensorType
 from serializer import native
 from serializer.model import Input, Instr, Model, Param
+from serializer import strict
+from serializer.strict import Reader
 
 # -- a msgpack emitter written from FORMAT.md 1.1 ------------------------------
 
@@ -1139,3 +1142,52 @@ def test_array_of_2_20_items_is_within_bounds():
 def test_file_over_the_byte_limit(monkeypatch):
     monkeypatch.setattr(native, "MAX_MODEL_BYTES", len(EXAMPLE) - 1)
     reject(EXAMPLE, "limit.bytes")
+
+
+# -- the objects a record unpacks into (strict.scan) --------------------------------
+
+def test_a_stream_of_empty_maps_is_refused_unread(monkeypatch):
+    # 1 MiB of empty maps would unpack into 75 MB of dicts: 72 bytes of objects a byte.
+    inner = b"\xdd" + be("I", 1 << 16) + b"\x80" * (1 << 16)
+    reject_unread(b"\x81\xa6format\xdc" + be("H", 16) + inner * 16, monkeypatch)
+
+
+@pytest.mark.parametrize("ints, maps, accepted", [(7, 3, True), (6, 3, False), (2, 0, True), (1, 0, False)])
+def test_objects_are_costed_at_their_size(ints, maps, accepted):
+    """An array of fixints (8 bytes each: a reference to a shared int) and empty maps (72: a
+    64-byte dict and its reference): 64 + 8 ints + 72 maps bytes of objects for 1 + ints + maps
+    bytes, at most 32 a byte (7 and 3: 336 <= 352; 6 and 3: 328 > 320; 2: 80 <= 96; 1: 72 > 64)."""
+    data = bytes([0x90 + ints + maps]) + b"\x01" * ints + b"\x80" * maps
+    if accepted:
+        strict.scan(data, Reader("native"))
+    else:
+        with pytest.raises(CvmError) as e:
+            strict.scan(data, Reader("native"))
+        assert e.value.code == "malformed.native" and "more than 32 a byte" in e.value.message
+
+
+@pytest.mark.parametrize("value, cost", [
+    (b"\xa2ab", 8 + 49 + 2),                      # an ASCII str: 49 bytes and one a character
+    (b"\xa2\xc3\xa9", 8 + 80 + 4 * 2),             # not ASCII: up to 4 bytes a character
+    (b"\xa1a", 8), (b"\xa0", 8),                  # one byte and empty: shared
+    (b"\xc4\x02ab", 8 + 33), (b"\xc4\x01a", 8),   # a bin, beside its payload
+    (b"\xcd\x01\x00", 8 + 32), (b"\xcc\xff", 8),  # an int outside [-5, 256]; inside: shared
+    (b"\xc0", 8), (b"\xc3", 8), (b"\x7f", 8),      # nil, true, a fixint: shared
+    (b"\x92\x01\x02", 8 + 56 + 16),               # an array and its references
+    (b"\x81\x01\x02", 8 + 64 + 40 + 16),          # a map, a key's entry and the references
+])
+def test_each_value_is_costed_as_documented(monkeypatch, value, cost):
+    monkeypatch.setattr(strict, "OBJECT_BYTES_PER_BYTE", 1 << 20)
+    assert strict.scan(value, Reader("native")) == cost
+
+
+def test_the_bundled_model_unpacks_well_within_the_bound():
+    data = (Path(__file__).parent.parent / "cvmvm" / "cli" / "demo" / "digits.cvm").read_bytes()
+    assert strict.scan(data, Reader("native")) < 20 * len(data)
+
+
+def test_a_model_that_does_not_fit_in_memory_unpacked_is_a_limit(monkeypatch):
+    def no_memory(*a, **k):
+        raise MemoryError
+    monkeypatch.setattr(strict.msgpack, "unpackb", no_memory)
+    reject(EXAMPLE, "limit.memory")

@@ -10,7 +10,9 @@ import pytest
 
 from isa.errors import CvmError
 from serializer import kinds
-from serializer.records import receipt as receipt_codec
+from serializer.limits import MAX_GRAPH_JSON_BYTES
+from serializer.records import receipt as receipt_codec, trace as trace_codec
+from cvmvm import files
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.cli.main import main
 from tests.conftest import cvmvm_json
@@ -65,6 +67,29 @@ def test_show_details(capsys, demo_files):
     assert len(txs["transactions"]) == 1 and txs["transactions"][0]["receipt"]["output_hash"] == r.output_hash.hex()
     _, npy = cvmvm_json(capsys, ["show", str(demo_files / "image0.npy")])
     assert npy["shape"] == [1, 1, 8, 8] and npy["commitment"] == r.inputs[0][1].hex()
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_json_is_told_from_the_first_byte(demo_files, name):
+    """A reader picks a JSON file's byte limit (a graph's or a trace's) from its first bytes alone."""
+    head = (demo_files / name).read_bytes()[:files.HEAD_BYTES]
+    assert kinds.json_head(head) == (FILES[name] in (kinds.CORTEX_GRAPH, kinds.TRACE))
+    assert kinds.json_head(b" \n\t" + head) and not kinds.json_head(b"")
+
+
+def test_show_refuses_a_graph_json_over_its_limit(capsys, tmp_path):
+    # Read under a trace's larger limit (JSON text is either), then held to a graph's own.
+    with open(tmp_path / "big.json", "wb") as f:
+        f.write(b'{"nodes": ')
+        f.truncate(MAX_GRAPH_JSON_BYTES + 1)
+    code, info = cvmvm_json(capsys, ["show", str(tmp_path / "big.json")])
+    assert code == EXIT_CODES["limit"] and info["error"] == "limit.bytes" and "graph JSON" in info["message"]
+    with open(tmp_path / "bigger.json", "wb") as f:
+        f.write(b'{"format": "cvmvm-trace/3", ')
+        f.truncate(trace_codec.MAX_TRACE_BYTES + 1)
+    code, info = cvmvm_json(capsys, ["show", str(tmp_path / "bigger.json")])
+    assert code == EXIT_CODES["limit"] and info["error"] == "limit.bytes"
+    assert f"exceed the limit of {trace_codec.MAX_TRACE_BYTES}" in info["message"]
 
 
 def test_show_refuses_what_it_cannot_show(capsys, demo_files, tmp_path):

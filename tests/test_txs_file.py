@@ -381,3 +381,11 @@ def test_tx_add_builds_and_extends_a_file_from_real_runs(capsys, tmp_path, store
     assert code == 0 and not info["receipt_matches_run"]
     code, info = cli_json(capsys, ["replay", str(txs), "--store", str(store.root)])
     assert code == 1 and info["results"][2]["fields"] == ["inputs", "output_hash", "trace_root"]
+
+
+def test_a_record_of_empty_maps_is_refused_before_it_is_unpacked(monkeypatch):
+    # 64 KiB of them would unpack into 4.7 MB of dicts (a 50 MiB record: 3.6 GB).
+    monkeypatch.setattr(transactions.msgpack, "unpackb", lambda *a, **k: pytest.fail("unpacked"))
+    with pytest.raises(CvmError) as e:
+        transactions.decode_tx(b"\xdd" + struct.pack(">I", 1 << 16) + b"\x80" * (1 << 16))
+    assert e.value.code == "malformed.txs" and "more than 32 a byte" in e.value.message

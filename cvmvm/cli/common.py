@@ -19,7 +19,7 @@ import numpy as np
 from isa.errors import InternalError, MalformedError, UsageError
 from serializer import kinds
 from cvmvm import files
-from cvmvm.vm.api import Model, Result, load
+from cvmvm.vm.api import Model, Result, load, model_limit
 from cvmvm.vm.execute import Clipping
 from cvmvm.vm.trace import Trace
 from cvmvm.vm.verify import DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits
@@ -157,10 +157,17 @@ def read_kind(path: str, wanted: Sequence[str], what: str, limit: int = files.MA
     return data
 
 
-def load_model(path: str, params: str | None, limits: Limits = Limits()) -> Model:
+def read_model(path: str, what: str = "model") -> bytes:
+    """A file named as a model, read under the limit of the kind its first bytes show (a graph
+    JSON's 64 MiB, a native model's 4 GiB): a huge graph JSON is refused before it is read."""
+    return files.read_by_head(path, what, model_limit)
+
+
+def load_model(path: str, params: str | None, limits: Limits = Limits(), data: bytes | None = None) -> Model:
     """A native model file, or a Cortex graph JSON (with its params file), told apart by content,
-    verified under ``limits``."""
-    data = files.read_bytes(path, "model")
+    verified under ``limits``; ``data``: the file's bytes, when the caller has read them."""
+    if data is None:
+        data = read_model(path)
     kind = kinds.expect(data, kinds.MODEL, path, "a model (a native model or a Cortex graph JSON)")
     if kind == kinds.NATIVE and params is not None:
         raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {path} is a native model")

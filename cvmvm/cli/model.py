@@ -25,7 +25,7 @@ from cvmvm.vm.verify import NOT_RUN
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
 from cvmvm.cli.common import (EXIT_OK, KEY_FILE_BYTES, Command, Reply, clipping_json, input_arg, limit_args,
-                              limits_of, load_model, model_args, ops_limit_arg, parse_inputs, read_input, read_kind,
+                              limits_of, load_model, model_args, ops_limit_arg, parse_inputs, read_input, read_model,
                               traced, warn_clipping)
 
 TRACE_FORMATS = ("json", "jsonl")
@@ -187,7 +187,8 @@ def _convert_out(out: str, suffix: str, direction: str) -> None:
 
 
 def cmd_convert(args: argparse.Namespace) -> Reply:
-    data = read_kind(args.source, kinds.MODEL, "model")
+    data = read_model(args.source)
+    kinds.expect(data, kinds.MODEL, args.source, "a model (a native model or a Cortex graph JSON)")
     outputs = files.Outputs(reads=[args.source, args.params])
     if kinds.detect(data) == kinds.NATIVE:
         if args.params:
@@ -212,7 +213,7 @@ def cmd_convert(args: argparse.Namespace) -> Reply:
         raise UsageError("conflict", f"--params-out goes with a native model; {args.source} is a Cortex graph JSON")
     _convert_out(args.out, NATIVE_SUFFIX, "Cortex -> native")
     key = outputs.file(args.out, "OUT")
-    model = load_model(args.source, args.params, NOT_RUN)
+    model = load_model(args.source, args.params, NOT_RUN, data)
     outputs.put(key, model.canonical_bytes)
     outputs.commit()
     info = {"from": "cortex", "to": "native", "out": args.out, "model_hash": model.model_hash.hex()}
@@ -220,7 +221,7 @@ def cmd_convert(args: argparse.Namespace) -> Reply:
 
 
 def cmd_hash(args: argparse.Namespace) -> Reply:
-    data = files.read_bytes(args.target, "file")
+    data = read_model(args.target, "file")   # a .npy array is read under a native model's limit: any file's 4 GiB
     if kinds.detect(data) == kinds.NPY:
         if args.params:
             raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {args.target} is a .npy array")
@@ -231,7 +232,7 @@ def cmd_hash(args: argparse.Namespace) -> Reply:
         return EXIT_OK, info, f"tensor commitment {digest.hex()} ({_type_text(t)})"
     if args.precision is not None:
         raise UsageError("conflict", "--precision goes with a tensor (.npy)")
-    model = load_model(args.target, args.params, NOT_RUN)
+    model = load_model(args.target, args.params, NOT_RUN, data)
     info = {"kind": "model", "model_hash": model.model_hash.hex(), "program_root": model.program_root.hex()}
     return EXIT_OK, info, f"model hash   {info['model_hash']}\nprogram root {info['program_root']}"
 

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 from isa.attrs import attrs_to_dict
-from isa.errors import CvmError, MalformedError, UsageError
+from isa.errors import CvmError, LimitError, MalformedError, UsageError
 from serializer import cortex, kinds, native
 from serializer.cortex.json_text import load_json
 from serializer.cortex.params import read_params
 from serializer.hashing import tensor_commitment
+from serializer.limits import MAX_GRAPH_JSON_BYTES
 from serializer.model import Model as ModelIR
 from serializer.records import receipt as receipt_codec, stepproof as proof_codec, trace as trace_codec, transactions
 from serializer.records.program import decode_instr
@@ -74,6 +75,8 @@ def _native(data: bytes) -> Shown:
 
 
 def _cortex_graph(data: bytes, path: str, params: str | None) -> Shown:
+    if len(data) > MAX_GRAPH_JSON_BYTES:
+        raise LimitError("bytes", f"graph JSON {path}: {len(data)} bytes exceed the limit of {MAX_GRAPH_JSON_BYTES}")
     doc = load_json(data, "graph_json", path)
     if type(doc) is not dict or type(doc.get("nodes")) is not list:
         raise MalformedError("graph_json", f"{path}: a Cortex graph is a JSON object with a list of nodes")
@@ -199,8 +202,16 @@ def _npy(path: str) -> Shown:
     return info, lines
 
 
+def _limit(head: bytes) -> tuple[int, str]:
+    """The byte limit of a file to show: JSON text is a trace or a graph, and only its whole text
+    tells which (``_cortex_graph`` checks a graph's smaller limit); anything else, any file's."""
+    if kinds.json_head(head):
+        return max(trace_codec.MAX_TRACE_BYTES, MAX_GRAPH_JSON_BYTES), "JSON file"
+    return files.MAX_FILE_BYTES, "file"
+
+
 def cmd_show(args: argparse.Namespace) -> Reply:
-    data = files.read_bytes(args.file, "file")
+    data = files.read_by_head(args.file, "file", _limit)
     kind = kinds.detect(data)
     if args.params is not None and kind != kinds.CORTEX_GRAPH:
         raise UsageError("conflict", f"--params goes with a Cortex graph JSON; {args.file} is "

@@ -243,13 +243,21 @@ class Model:
         return results
 
 
+def model_limit(head: bytes) -> tuple[int, str]:
+    """The byte limit of a model file that begins with ``head``, and what to call it
+    (``files.read_by_head``): a native model's for a msgpack map, else a Cortex graph JSON's,
+    the only other kind a model file can be."""
+    return (native.MAX_MODEL_BYTES, "model") if kinds.msgpack_map(head) else (MAX_GRAPH_JSON_BYTES, "graph JSON")
+
+
 def _read(source: object, what: str) -> tuple[bytes, str]:
     """A file's bytes, from its path or given directly, and how to name it in messages."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return bytes(source), what
     if isinstance(source, (str, os.PathLike)):
-        limit = MAX_PARAMS_BYTES if what == "params" else files.MAX_FILE_BYTES
-        return files.read_bytes(source, what, limit), os.fspath(source)
+        if what == "params":
+            return files.read_bytes(source, what, MAX_PARAMS_BYTES), os.fspath(source)
+        return files.read_by_head(source, what, model_limit), os.fspath(source)
     raise UsageError("argument", f"{what}: expected a path or bytes, got {type(source).__name__}")
 
 

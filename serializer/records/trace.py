@@ -31,7 +31,8 @@ from serializer.strict import MAX_ITEMS, MAX_NAME, Reader
 
 TRACE_VERSION = 3
 TRACE_FORMAT = f"cvmvm-trace/{TRACE_VERSION}"
-# A trace entry is a few hundred bytes of JSON; parsed, each byte costs some ten of memory.
+# A trace entry is a few hundred bytes of JSON; parsed, each byte costs about 14 bytes of objects
+# (hostile JSON: at most about 40, strict.parse_json).
 MAX_TRACE_BYTES = 1 << 28
 # One entry per tensor: a native model has at most 2^20 inputs, params and instructions.
 MAX_ENTRIES = 1 << 22
@@ -78,6 +79,9 @@ def trace_lines(doc: dict[str, Any]) -> bytes:
 def _from_lines(text: str, what: str) -> Any:
     """A JSON-lines trace as the document it spells (None when its first line is no header);
     each line is read as strictly as a whole document."""
+    # A header and an entry a line: more lines are refused before any is parsed.
+    if text.count("\n", 0, len(text) - 1) >= MAX_ENTRIES + 1:
+        raise MalformedError("trace", f"{what}: more than {MAX_ENTRIES + 1} lines (a header and {MAX_ENTRIES} entries)")
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()

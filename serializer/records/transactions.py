@@ -133,12 +133,14 @@ def _input_from_wire(wire: Any, k: int) -> TxInput:
 def decode_tx(body: bytes) -> tuple[bytes, tuple[TxInput, ...], Receipt]:
     """A record -> (model hash, inputs as carried, claimed receipt); strict and canonical.
 
-    The record is bounded by its frame, and msgpack's own limits are set so tight
-    (a transaction has a few short arrays and small maps) that nothing it
-    preallocates can exceed a small multiple of the record's size.  A duplicate
-    key needs no check of its own: the map it leaves behind is shorter than the
-    one in the record, so the canonical comparison at the end refuses it.
+    The record is bounded by its frame and scanned (strict.scan: the objects it
+    unpacks into are at most OBJECT_BYTES_PER_BYTE times its bytes outside
+    bins), and msgpack's own limits are set tight (a transaction has a few
+    short arrays and small maps).  A duplicate key needs no check of its own:
+    the map it leaves behind is shorter than the one in the record, so the
+    canonical comparison at the end refuses it.
     """
+    strict.scan(body, _READER)
     try:
         top = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=True, ext_hook=_no_ext,
                               max_str_len=strict.MAX_NAME, max_bin_len=len(body), max_array_len=MAX_TX_INPUTS,
@@ -255,10 +257,7 @@ def _template(body: bytes, decoded: Decoded) -> _Template | None:
     the fields ``_payloads`` names, as they always are (a record that holds them otherwise is never
     cut by a wrong map)."""
     spans: list[tuple[int, int]] = []
-    try:
-        strict.scan(body, _READER, spans)
-    except MalformedError:   # the scan's limits are wider than decode_tx's: never, on a record it accepted
-        return None
+    strict.scan(body, _READER, spans)   # passed once already: decode_tx scans every record it decodes
     if [body[a:b] for a, b in spans] != _payloads(decoded):
         return None
     fixed = np.ones(len(body), dtype=bool)
