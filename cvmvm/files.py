@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import errno
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -52,7 +53,7 @@ READ_STEP = 1 << 24        # the most one read call asks for
 
 # -- errors --------------------------------------------------------------------
 
-_KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+_KINDS = ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
           (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISLNK, "symbolic link"))
 
 
@@ -278,7 +279,18 @@ COMMIT_FORMAT = "cvmvm-commit/1"
 MAX_RECORD_BYTES = 1 << 20
 
 
+NAME_MAX = 255   # bytes in a file name, on every Linux file system
+_TEMP_EXTRA = len(".") + len(".cvmvm-") + TOKEN_HEX + len(".tmp")
+
+
 def temp_name(name: str, token: str) -> str:
+    """The temporary name of final name ``name`` in the unit ``token``.  A name too long to take
+    the 28 bytes more is cut, and marked with a hash of the whole so that two long names of one
+    unit never share a temporary file: any name the system accepts can be written."""
+    raw = os.fsencode(name)
+    if len(raw) + _TEMP_EXTRA > NAME_MAX:
+        mark = "~" + hashlib.sha256(raw).hexdigest()[:8]
+        name = os.fsdecode(raw[:NAME_MAX - _TEMP_EXTRA - len(mark)]) + mark
     return f".{name}.cvmvm-{token}.tmp"
 
 
@@ -524,6 +536,9 @@ class Outputs:
             raise IOFailure("not_found", f"cannot write {what} {given}: directory {parent} does not exist")
         if not os.access(parent, os.W_OK | os.X_OK):
             raise IOFailure("permission", f"cannot write {what} {given}: directory {parent} is not writable")
+        if len(os.fsencode(os.path.basename(given))) > NAME_MAX:
+            # Refused here, not by the rename after the commit point, which would leave the unit to recovery.
+            raise write_failure(OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG)), what, given)
         target = _stat(given)
         if target is not None and not stat.S_ISREG(target.st_mode):
             raise IOFailure("not_regular", f"cannot write {what} {given}: it is a {file_kind(target.st_mode)}")

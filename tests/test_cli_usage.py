@@ -64,7 +64,37 @@ MISTAKES = [
     (["replay", "{d}/one.txs", "--store", "{d}/models", "--workers", "0"], "usage.argument"),
     (["replay", "{d}/one.txs", "--store", "{d}/models", "--batch", "0"], "usage.argument"),
     (["replay", "{d}/one.txs"], "usage.argument"),
+    # Defect: values past what the process takes were internal.bug (OverflowError), after
+    # --output had written its header.
+    (["replay", "{d}/one.txs", "--store", "{d}/models", "--workers", str(2**31), "--output", "{d}/r.jsonl"],
+     "usage.argument"),
+    (["replay", "{d}/one.txs", "--store", "{d}/models", "--workers", "1025"], "usage.argument"),
+    (["prove-outputs", "{d}/digits.cvm", "--against", "t.json", "--calldata", "c", "--commitment-id", str(2**256)],
+     "usage.argument"),
+    (["prove-step", "{d}/digits.cvm", "--input", "data={d}/image0.npy", "--step", "1", "--element", "0",
+      "--calldata", "c", "--commitment-id", str(2**256)], "usage.argument"),
+    (["tx", "demo", str(10**7 + 1), "{d}/demo"], "usage.argument"),
+    # Defect: '' was the current directory (Path('')), or a ValueError for keygen.
+    (["keygen", ""], "usage.argument"),
+    (["contract", ""], "usage.argument"),
+    (["demo", "--export", ""], "usage.argument"),
+    (["store", "add", "", "{d}/digits.cvm"], "usage.argument"),
+    (["store", "list", ""], "usage.argument"),
+    (["tx", "demo", "5", ""], "usage.argument"),
 ]
+
+
+def test_a_refused_replay_writes_no_results(capsys, demo_files):
+    main(["replay", f"{demo_files}/one.txs", "--store", f"{demo_files}/models", "--workers", str(2**31),
+          "--output", f"{demo_files}/r.jsonl"])
+    assert not os.path.exists(f"{demo_files}/r.jsonl")
+
+
+def test_the_largest_commitment_id_is_taken(capsys, demo_files, tmp_path):
+    argv = ["prove-step", f"{demo_files}/digits.cvm", "--input", f"data={demo_files}/image0.npy", "--step", "1",
+            "--element", "0", "--calldata", str(tmp_path / "c.hex"), "--commitment-id", str(2**256 - 1)]
+    assert main(argv) == 0
+    assert "f" * 64 in (tmp_path / "c.hex").read_text()
 
 
 @pytest.mark.parametrize("argv, code", MISTAKES)

@@ -632,3 +632,29 @@ def test_dump_tensors_is_part_of_the_unit(capsys, small):
     assert "0099-relu-stale.npy" not in names and "notes.txt" in names and len(names) == 9
     code, err = cli(capsys, run_argv(small, "--dump-tensors", str(dump), "--trace", str(dump / "0000-input-x.npy")))
     assert code == EXIT_CODES["usage"] and "usage.conflict" in err
+
+
+@pytest.mark.parametrize("length", [227, 228, 255])
+def test_any_name_the_system_takes_can_be_written(tmp_path, length):
+    # Defect: the temporary name adds 28 bytes, so names of 228-255 bytes failed with ENAMETOOLONG.
+    path = tmp_path / ("é" + "a" * (length - 2))    # 'é' is two bytes: cut inside no character either
+    files.write_file(path, b"x", "--trace")
+    assert path.read_bytes() == b"x" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_long_names_of_one_unit_get_their_own_temporary_files(tmp_path):
+    names = ["a" * 250 + "1.npy", "a" * 250 + "2.npy"]
+    temps = {files.temp_name(n, "ab" * 8) for n in names}
+    assert len(temps) == 2 and all(len(t.encode()) <= files.NAME_MAX and files.is_own_temp(t) for t in temps)
+    outputs = files.Outputs()
+    for n in names:
+        outputs.put(outputs.file(tmp_path / n, "out"), n.encode())
+    outputs.commit()
+    assert sorted(p.read_bytes().decode() for p in tmp_path.iterdir()) == names
+
+
+def test_a_regular_file_where_a_directory_goes_is_called_so(tmp_path):
+    (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(CvmError) as e:
+        files.Outputs().directory(tmp_path / "f", "--export", r"x")
+    assert e.value.code == "io.not_regular" and "a regular file, not a directory" in e.value.message

@@ -407,3 +407,15 @@ def test_sign_needs_receipt_and_a_valid_key(capsys, files):
     code, info = cli_json(capsys, ["run", str(files / "m.cvm"), "--input", f"x={files / 'x.npy'}",
                                    "--receipt", str(files / "r"), "--sign", str(files / "bad.key")])
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.key"
+
+
+def test_keygen_writes_both_files_or_neither(tmp_path, capsys):
+    # Defect: KEY was written before KEY.pub failed (a name 255 bytes long with ".pub"), and a retry
+    # then refused to overwrite the lone private key.
+    key = tmp_path / ("k" * 252)
+    code, info = cli_json(capsys, ["keygen", str(key)])
+    assert code == EXIT_CODES["io"] and info["error"] == "io.write"
+    assert list(tmp_path.iterdir()) == []
+    key = tmp_path / ("k" * 251)     # KEY.pub: 255 bytes, the most a name may have
+    code, info = cli_json(capsys, ["keygen", str(key)])
+    assert code == 0 and sorted(p.name for p in tmp_path.iterdir()) == [key.name, key.name + ".pub"]

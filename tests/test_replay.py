@@ -23,6 +23,7 @@ from cvmvm.tx.store import Store
 from cvmvm.vm.verify import Limits
 from isa.errors import CvmError
 from serializer.hashing import trace_root, tree_root
+from cvmvm.cli.common import EXIT_CODES
 from tests.test_receipt import (KEY, REPO, build, cli_json, column_sum_model, digits_model, instr, mlp_model,
                                 pair_model, param, reshape_model)
 from isa.types import TensorType
@@ -400,6 +401,29 @@ def test_tx_demo_500_end_to_end(capsys, tmp_path):
     cli_json(capsys, ["tx", "demo", "500", str(again)])
     assert (again / "txs.cvmtx").read_bytes() == (tmp_path / "txs.cvmtx").read_bytes()
     assert json.loads((again / "expected.json").read_text()) == expected
+
+
+@pytest.mark.parametrize("blocked", ["signer.pub", "expected.json", "txs.cvmtx", "store"])
+def test_tx_demo_checks_every_output_before_it_generates(capsys, tmp_path, blocked):
+    # Defect: a directory where signer.pub goes was found after txs.cvmtx had been replaced (3
+    # transactions, with expected.json still counting 40).
+    cli_json(capsys, ["tx", "demo", "40", str(tmp_path)])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    target = tmp_path / blocked
+    if target.is_dir():
+        for f in target.iterdir():
+            f.unlink()
+        target.rmdir()
+        target.write_bytes(b"")
+        before.pop(blocked, None)
+        before[blocked] = b""
+    else:
+        target.unlink()
+        target.mkdir()
+        before.pop(blocked)
+    code, info = cli_json(capsys, ["tx", "demo", "3", str(tmp_path)])
+    assert code == EXIT_CODES["io"] and info["error"] == "io.not_regular"
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
 def test_cli_text_report_and_clean_exit(capsys, tmp_path, store):

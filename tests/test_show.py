@@ -133,3 +133,13 @@ def test_an_array_of_the_wrong_dtype_is_an_input_error_not_a_kind(capsys, demo_f
     np.save(tmp_path / "f.npy", np.zeros((1, 1, 8, 8), np.float32))
     code, info = cvmvm_json(capsys, ["run", str(demo_files / "digits.cvm"), "--input", f"data={tmp_path / 'f.npy'}"])
     assert code == EXIT_CODES["input"] and info["error"] == "input.dtype"
+
+
+@pytest.mark.parametrize("values, bounds", [([np.inf, -np.inf], ("-inf", "inf")), ([np.nan, np.nan], ("nan", "nan")),
+                                            ([np.nan, 2.5, -1.0], (-1.0, 2.5))])
+def test_show_gives_float_bounds_json_can_hold(capsys, tmp_path, values, bounds):
+    # Defect: --json raised ValueError on inf (internal.bug), and NaN only warned on stderr.
+    np.save(tmp_path / "f.npy", np.array(values))
+    status, info = cvmvm_json(capsys, ["show", str(tmp_path / "f.npy")])
+    assert status == 0 and (info["min"], info["max"]) == bounds
+    assert main(["show", str(tmp_path / "f.npy")]) == 0 and capsys.readouterr().err == ""

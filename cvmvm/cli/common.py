@@ -55,8 +55,34 @@ def int_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def int_between(low: int, high: int, high_text: str | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high] (``high_text``: how to write ``high``)."""
+    at_least = int_at_least(low)
+
+    def parse(text: str) -> int:
+        value = at_least(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{text[:40]}{'...' if len(text) > 40 else ''} must be at most "
+                                             f"{high_text or format(high, ',')}")
+        return value
+    return parse
+
+
 positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
+uint256 = int_between(0, (1 << 256) - 1, "2^256 - 1")   # an id the contract takes as uint256
+
+
+def json_float(x: float) -> float | str:
+    """JSON has no infinities or NaN: they are the strings "inf", "-inf" and "nan" (README)."""
+    return x if np.isfinite(x) else str(x)
+
+
+def path_name(text: str) -> str:
+    """An argparse type: a path that names something (Path('') would be the current directory)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names nothing")
+    return text
 
 
 def hash_hex(text: str) -> bytes:

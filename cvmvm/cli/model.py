@@ -25,8 +25,8 @@ from cvmvm.vm.verify import NOT_RUN
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
 from cvmvm.cli.common import (EXIT_OK, KEY_FILE_BYTES, Command, Reply, clipping_json, input_arg, limit_args,
-                              limits_of, load_model, model_args, ops_limit_arg, parse_inputs, read_input, read_model,
-                              traced, warn_clipping)
+                              json_float, limits_of, load_model, model_args, ops_limit_arg, parse_inputs, path_name, read_input,
+                              read_model, traced, warn_clipping)
 
 TRACE_FORMATS = ("json", "jsonl")
 
@@ -103,12 +103,7 @@ def _summary(t: TensorType, v: np.ndarray) -> dict[str, Any]:
         return {**_type_json(t), "min": int(v.min()), "max": int(v.max())}
     numbers = v[~np.isnan(v)]
     lo, hi = (float(numbers.min()), float(numbers.max())) if numbers.size else (float("nan"),) * 2
-    return {**_type_json(t), "min": _json_float(lo), "max": _json_float(hi)}
-
-
-def _json_float(x: float) -> float | str:
-    """JSON has no infinities or NaN: they are the strings "inf", "-inf" and "nan" (README)."""
-    return x if np.isfinite(x) else str(x)
+    return {**_type_json(t), "min": json_float(lo), "max": json_float(hi)}
 
 
 def cmd_run(args: argparse.Namespace) -> Reply:
@@ -303,5 +298,5 @@ def add_commands(command: Command) -> None:
 
     command("ops", cmd_ops, "print the ISA table: op codes, inputs, outputs, attributes")
     p = command("demo", cmd_demo, "classify the bundled digits with the bundled model")
-    p.add_argument("--export", metavar="DIR", help="instead, write the demo's model and two of its images "
+    p.add_argument("--export", metavar="DIR", type=path_name, help="instead, write the demo's model and two of its images "
                                                    "(digits.cvm, image0.npy, image1.npy) into DIR")

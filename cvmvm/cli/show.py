@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from cvmvm import files
 from cvmvm.vm import disasm
 from cvmvm.vm.api import Model, value_type
 from cvmvm.vm.verify import verify
-from cvmvm.cli.common import EXIT_OK, Command, Reply, read_kind
+from cvmvm.cli.common import EXIT_OK, Command, Reply, json_float, read_kind
 
 Shown = tuple[dict[str, Any], list[str]]
 
@@ -186,10 +187,13 @@ def _npy(path: str) -> Shown:
     value = files.read_npy(path)
     info: dict[str, Any] = {"dtype": str(value.dtype), "shape": list(value.shape)}
     lines = [f".npy array: {value.dtype}{list(value.shape)}"]
-    if value.size and value.dtype.kind in "iuf":
-        lo, hi = (int(value.min()), int(value.max())) if value.dtype.kind in "iu" else \
-            (float(np.nanmin(value)), float(np.nanmax(value)))
-        info.update(min=lo, max=hi)
+    if value.size and value.dtype.kind in "iu":
+        info.update(min=int(value.min()), max=int(value.max()))
+        lines.append(f"min {info['min']} max {info['max']}")
+    elif value.size and value.dtype.kind == "f":
+        real = value[~np.isnan(value)]     # NaN is no bound; an array of NaN only has none
+        lo, hi = (float(real.min()), float(real.max())) if real.size else (math.nan, math.nan)
+        info.update(min=json_float(lo), max=json_float(hi))
         lines.append(f"min {lo} max {hi}")
     try:
         t = value_type(value)

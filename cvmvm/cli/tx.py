@@ -23,7 +23,8 @@ from cvmvm.tx.store import Entry, Store
 from cvmvm.cli import demo
 from cvmvm.cli.common import (EXIT_CODES, EXIT_MISMATCH, EXIT_OK, KEY_FILE_BYTES, Command, Reply,
                               clipping_json, hash_hex, input_arg, limit_args, limits_of, load_model, model_args,
-                              non_negative_int, parse_inputs, positive_int, read_input, read_kind, warn_clipping)
+                              int_between, non_negative_int, parse_inputs, path_name, positive_int, read_input,
+                              read_kind, uint256, warn_clipping)
 
 
 def _signer(path: str | None) -> bytes | None:
@@ -351,11 +352,11 @@ def add_commands(command: Command) -> None:
     p = command("store", cmd_store_list, "a model store: a directory of native models named by model hash")
     actions = p.add_subparsers(dest="store_command", required=True, metavar="{add,list}")
     add = actions.add_parser("add", help="add a Cortex or native model; print its hash")
-    add.add_argument("dir", help="store directory (created if missing)")
+    add.add_argument("dir", type=path_name, help="store directory (created if missing)")
     model_args(add)
     add.set_defaults(func=cmd_store_add)
     listing = actions.add_parser("list", help="list the stored models, each re-hashed")
-    listing.add_argument("dir", help="store directory")
+    listing.add_argument("dir", type=path_name, help="store directory")
     listing.set_defaults(func=cmd_store_list)
     for sub in (add, listing):  # --json after the action too; SUPPRESS keeps a --json given before it
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
@@ -363,7 +364,7 @@ def add_commands(command: Command) -> None:
     p = command("replay", cmd_replay, "re-execute a file of transactions and check every claimed receipt")
     p.add_argument("txs", help="transaction file (docs/FORMAT.md section 8)")
     p.add_argument("--store", required=True, help="model store directory")
-    p.add_argument("--workers", type=positive_int, default=1, help="worker processes (default 1: this process)")
+    p.add_argument("--workers", type=int_between(1, schedule.MAX_WORKERS), default=1, help="worker processes (default 1: this process)")
     p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                    help="run on Ray (pip install 'cvmvm[ray]'): the cluster at ADDRESS, else RAY_ADDRESS's, else "
                         "a local one; give it after TXS or as --ray=ADDRESS")
@@ -400,15 +401,16 @@ def add_commands(command: Command) -> None:
     conv.set_defaults(func=cmd_tx_convert)
     gen = actions.add_parser("demo", help="generate N digits transactions, some bad on purpose, and their store",
                              description=txtools.__doc__.split("\n\n")[2] if txtools.__doc__ else None)
-    gen.add_argument("count", type=positive_int, metavar="N", help="transactions")
-    gen.add_argument("out", metavar="OUT", help="directory for store/, txs.cvmtx, expected.json, signer.pub")
+    gen.add_argument("count", type=int_between(1, txtools.MAX_DEMO), metavar="N",
+                     help=f"transactions (at most {txtools.MAX_DEMO:,})")
+    gen.add_argument("out", metavar="OUT", type=path_name, help="directory for store/, txs.cvmtx, expected.json, signer.pub")
     gen.add_argument("--unsigned", action="store_true", help="unsigned receipts (no signature to verify)")
     gen.set_defaults(func=cmd_tx_demo)
     for sub in (add, conv, gen):
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
 
     p = command("keygen", cmd_keygen, "write an Ed25519 key pair: KEY (private, for --sign) and KEY.pub (for --signer)")
-    p.add_argument("key", help="private key file to write; the public key goes to KEY.pub")
+    p.add_argument("key", type=path_name, help="private key file to write; the public key goes to KEY.pub")
 
     p = command("diff", cmd_diff, "name the first instruction at which two traces of a model disagree")
     p.add_argument("trace_a", help="trace file (cvmvm run --trace)")
@@ -426,7 +428,7 @@ def add_commands(command: Command) -> None:
     p.add_argument("--out", help="proof file to write (docs/FORMAT.md section 9)")
     p.add_argument("--calldata", metavar="FILE", help="write the ABI-encoded challenge(commitmentId, proof) "
                                                       "calldata as hex (an element proof)")
-    p.add_argument("--commitment-id", type=non_negative_int, help="the contract's id of the disputed commitment "
+    p.add_argument("--commitment-id", type=uint256, help="the contract's id of the disputed commitment "
                                                                   "(with --calldata)")
     p.add_argument("--against", metavar="TRACE", help="prove a disputed run wrong: its trace file (cvmvm-trace/3); "
                                                       "the proof opens its first wrong instruction")
@@ -448,7 +450,7 @@ def add_commands(command: Command) -> None:
     model_args(p)
     p.add_argument("--against", metavar="TRACE", required=True, help="the committed run's trace file (cvmvm-trace/3)")
     p.add_argument("--calldata", metavar="FILE", required=True, help="where to write challengeOutputs calldata (hex)")
-    p.add_argument("--commitment-id", type=non_negative_int, required=True, help="the contract's id of the commitment")
+    p.add_argument("--commitment-id", type=uint256, required=True, help="the contract's id of the commitment")
 
     p = command("contract", cmd_contract, "write the on-chain verifier: Solidity source, ABI, bytecode")
-    p.add_argument("dir", help="directory to write into (created if missing; its parent must exist)")
+    p.add_argument("dir", type=path_name, help="directory to write into (created if missing; its parent must exist)")

@@ -8,6 +8,7 @@ whose it must be.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -93,17 +94,21 @@ def load_public_key(data: bytes, what: str) -> bytes:
 def keygen(path: Path) -> bytes:
     """Write a new Ed25519 key pair: ``path`` (PKCS#8 PEM, readable by its owner only) and
     ``path.pub`` (SubjectPublicKeyInfo PEM); never over an existing file.  Returns the raw public key."""
-    key = Ed25519PrivateKey.generate()
-    public = path.with_name(path.name + ".pub")
+    public = Path(str(path) + ".pub")
+    # Both files checked first and written as one unit: never a private key without its public one.
+    outputs = files.Outputs()
+    keys = outputs.file(path, "KEY"), outputs.file(public, "KEY.pub")
     for p in (path, public):
-        if p.exists():
+        if os.path.lexists(p):
             raise UsageError("argument", f"{p} exists; keygen never overwrites a key")
+    key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
                                                serialization.PublicFormat.SubjectPublicKeyInfo)
-    files.write_file(path, private_pem, "KEY", mode=0o600)
-    files.write_file(public, public_pem, "KEY.pub")
+    outputs.put(keys[0], private_pem, mode=0o600)
+    outputs.put(keys[1], public_pem)
+    outputs.commit()
     return key.public_key().public_bytes_raw()
 
 

@@ -38,6 +38,7 @@ from cvmvm.tx.store import Store, checked_model
 
 CHUNK_BYTES = 1 << 25   # record bytes in one chunk, whatever the batch size
 READ_BUFFER = 1 << 20
+MAX_WORKERS = 1024      # worker processes one replay starts: far more than cores, far fewer than a C int
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class Options:
     signer: bytes | None = None       # every receipt must be signed by this key
     limits: Limits = Limits()         # every model is verified under these (memory, work, ops)
     compile: bool = False             # each worker compiles the hasher first (Replayer's ``compile``)
+
+    def __post_init__(self) -> None:
+        if type(self.workers) is not int or not 1 <= self.workers <= MAX_WORKERS:
+            raise UsageError("argument", f"workers={self.workers!r}: expected an integer in [1, {MAX_WORKERS}]")
 
 
 # -- executors: run chunks, give back completed ones ----------------------------------

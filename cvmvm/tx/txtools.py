@@ -47,6 +47,7 @@ KINDS = ("output_hash", "trace_root", "ops", "signature", "unknown_model", "malf
 UNSIGNED_KINDS = tuple(k for k in KINDS if k != "signature")
 UNKNOWN_MODEL = hashlib.sha256(b"cvmvm/make_txs/unknown model").digest()
 STEP = 4096  # transactions run (and written) at a time
+MAX_DEMO = 10_000_000   # demo transactions in one file: some 6 GB (a million is 601 MB)
 
 
 def shake(label: str, n: int) -> bytes:
@@ -104,8 +105,15 @@ def _transaction(i: int, x: np.ndarray, r: receipt.Receipt, model_hash: bytes, n
 
 def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bool = True) -> dict[str, Any]:
     """Write the store, the transactions, the expectations (and the public key when signed);
-    return the expectations."""
+    return the expectations.  Every output is checked before anything is generated; the
+    transaction file is streamed as a unit of its own, then the key and the expectations are
+    written as one (docs/FORMAT.md section 11)."""
     files.make_directory(out, "OUT")
+    last = files.Outputs()
+    expectations = last.file(out / "expected.json", "the expectations")
+    public = last.file(out / "signer.pub", "the public key") if signed else None
+    files.Outputs().file(out / "txs.cvmtx", "the transaction file")
+    files.Outputs().directory(out / "store", "the store", r"[0-9a-f]{64}\.cvm")
     model_hash = Store(out / "store").add(model)
     key = signing_key() if signed else None
     (name, t), = model.inputs.items()
@@ -124,11 +132,11 @@ def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bo
                 if expect is not None:
                     bad.append(expect)
         writer.close()
-    if key is not None:
-        files.write_file(out / "signer.pub", key.public_key().public_bytes_raw(), "the public key")
+    if key is not None and public is not None:
+        last.put(public, key.public_key().public_bytes_raw())
     expected = {"count": count, "model_hash": model_hash.hex(), "signed": signed, "bad": bad}
-    files.write_file(out / "expected.json", (json.dumps(expected, indent=1, sort_keys=True) + "\n").encode(),
-                     "the expectations")
+    last.put(expectations, (json.dumps(expected, indent=1, sort_keys=True) + "\n").encode())
+    last.commit()
     return expected
 
 
