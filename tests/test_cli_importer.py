@@ -101,6 +101,27 @@ def test_unsupported_op_exit_code(capsys, tmp_path):
     assert not (tmp_path / "m.cvm").exists()
 
 
+@pytest.mark.parametrize("weight, code", [
+    (np.zeros((4, 0), dtype=np.float32), "invalid.onnx_shape"),
+    (np.ones((4, 3), dtype=np.complex64), "invalid.dtype"),
+])
+def test_an_empty_or_complex_initializer_is_not_an_internal_bug(capsys, tmp_path, weight, code):
+    # The empty one exited 7 (internal.bug: numpy's ValueError); the complex one imported its real part.
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "t",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])],
+                              [numpy_helper.from_array(weight, "w")])
+    (tmp_path / "m.onnx").write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                                      .SerializeToString())
+    np.save(tmp_path / "c.npy", np.ones((2, 4), dtype=np.float32))
+    status = main(["import-onnx", str(tmp_path / "m.onnx"), "--calibrate", str(tmp_path / "c.npy"),
+                   "-o", str(tmp_path / "m.cvm")])
+    err = capsys.readouterr().err
+    assert status == EXIT_CODES["invalid"] and code in err
+    assert not (tmp_path / "m.cvm").exists()
+
+
 def test_missing_output_directory_fails_before_calibrating(capsys, tmp_path):
     code = main(import_argv("digits_mlp", tmp_path / "no" / "such" / "m.cvm"))
     assert code == EXIT_CODES["io"] and "io.not_found" in capsys.readouterr().err

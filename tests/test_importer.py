@@ -587,3 +587,126 @@ def test_a_transpose_perm_out_of_range_is_named():
         want = "malformed.onnx"
     code, message = code_of(lambda: import_onnx(source, det("t", (1, 4))))
     assert code == want and ("'flip'" in message or want == "malformed.onnx")
+
+
+# -- inputs the pipeline used to meet with Python's own exceptions ------------------------------
+
+
+def matmul_by(w: onnx.TensorProto) -> bytes:
+    return make([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [value("x", [1, 4])], [out("y", 2)],
+                [w])
+
+
+def dims_only(name: str, dims: list[int], elem=TensorProto.FLOAT) -> onnx.TensorProto:
+    """An initializer declaring ``dims`` and holding no data (valid when a dim is 0)."""
+    t = TensorProto()
+    t.name, t.data_type = name, elem
+    t.dims.extend(dims)
+    return t
+
+
+@pytest.mark.parametrize("w, code", [
+    (numpy_helper.from_array(np.zeros((4, 0), dtype=np.float32), "w"), "invalid.onnx_shape"),  # (1, 0) output
+    (dims_only("w", [2 ** 40, 0]), "invalid.onnx_attr"),      # inner dims 4 and 2^40 differ
+])
+def test_an_empty_initializer_is_refused(w, code):
+    assert code_of(lambda: import_onnx(matmul_by(w), det("e", (2, 4))))[0] == code
+
+
+def test_matmul_inner_dimensions_must_agree():
+    # The float MatMul looped over x's 4 columns only: a 5-row matrix lost its last row unnoticed.
+    code, message = code_of(lambda: import_onnx(matmul_by(const("w", det("w5", (5, 3)))), det("m", (2, 4))))
+    assert code == "invalid.onnx_attr" and "'mm'" in message
+
+
+@pytest.mark.parametrize("elem", [TensorProto.COMPLEX64, TensorProto.COMPLEX128, TensorProto.STRING,
+                                  TensorProto.FLOAT8E4M3FN])
+def test_a_constant_that_is_not_real_is_refused(elem):
+    # Complex weights lost their imaginary part (numpy's ComplexWarning) and imported.
+    one = {TensorProto.STRING: b"a", TensorProto.COMPLEX64: 1 + 1j, TensorProto.COMPLEX128: 1 + 1j}.get(elem, 1.0)
+    w = helper.make_tensor("w", elem, [4, 3], [one] * 12)
+    code, message = code_of(lambda: import_onnx(matmul_by(w), det("c", (2, 4))))
+    assert code == "invalid.dtype" and "'w'" in message
+
+
+def test_a_constant_node_that_is_not_real_is_refused():
+    c = helper.make_node("Constant", [], ["w"], value=helper.make_tensor("v", TensorProto.COMPLEX64, [4, 3],
+                                                                         [1 + 1j] * 12))
+    nodes = [c, helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    source = make(nodes, [value("x", [1, 4])], [out("y", 2)])
+    assert code_of(lambda: import_onnx(source, det("c", (2, 4))))[0] == "invalid.dtype"
+
+
+def test_bfloat16_constants_import_and_their_nan_is_named():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    w = det("bf", (4, 3)).astype(ml_dtypes.bfloat16)
+    result = import_onnx(matmul_by(numpy_helper.from_array(w, "w")), det("b", (8, 4)))
+    assert result.model.program.input_types[0].shape == (1, 4)
+    w[0, 0] = np.nan   # a NaN of an opaque ml_dtypes type passed the float-kind check
+    code, message = code_of(lambda: import_onnx(matmul_by(numpy_helper.from_array(w, "w")), det("b", (8, 4))))
+    assert code == "invalid.onnx_weight" and "'w'" in message
+
+
+def test_a_graph_without_outputs_is_malformed():
+    source = make([helper.make_node("Relu", ["x"], ["y"])], [value("x", [1, 4])], [])
+    assert code_of(lambda: import_onnx(source, det("o", (2, 4))))[0] == "malformed.onnx"
+
+
+def test_a_tail_over_constants_alone_leaves_nothing_to_compute():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["c"], ["s"])]
+    source = make(nodes, [value("x", [1, 4])], [out("s", 2)], [const("c", det("t", (1, 4)))])
+    assert code_of(lambda: import_onnx(source, det("o", (2, 4))))[0] == "invalid.onnx_op"
+
+
+def test_bytes_like_sources_are_the_model(tmp_path):
+    data = (FIXTURES / "digits_mlp.onnx").read_bytes()
+    calibration = digits()[0][:8]
+    want = import_onnx(data, calibration).model.canonical_bytes
+    (tmp_path / "m.onnx").write_bytes(data)
+    for source in (bytearray(data), memoryview(data), tmp_path / "m.onnx", str(tmp_path / "m.onnx")):
+        assert import_onnx(source, calibration).model.canonical_bytes == want
+
+
+@pytest.mark.parametrize("source", [None, 5, 1.5, True, [b"\x08"], "a\0b", Path("a\0b"), np.zeros(4, np.uint8)],
+                         ids=repr)
+def test_a_source_of_another_kind_is_a_usage_error(source):
+    # 5 was opened as file descriptor 5; None and lists reached os.stat's TypeError.
+    assert code_of(lambda: import_onnx(source, det("s", (2, 4))))[0] == "usage.argument"
+
+
+def test_a_released_memoryview_is_a_usage_error():
+    view = memoryview(b"\x08\x07")
+    view.release()
+    assert code_of(lambda: import_onnx(view, det("s", (2, 4))))[0] == "usage.argument"
+
+
+DYNAMIC = make([helper.make_node("Relu", ["x"], ["y"])], [value("x", ["N", "C"])], [out("y", 2)])
+
+
+@pytest.mark.parametrize("kw", [
+    dict(options=None), dict(options={}), dict(options=dict(bits=8)),
+    dict(input_shapes=[1, 4]), dict(input_shapes={"x": None}), dict(input_shapes={"x": ((1,), 4)}),
+    dict(input_shapes={"x": (1.0, 4.0)}), dict(input_shapes={"x": (True, 4)}), dict(input_shapes={1: (1, 4)}),
+    dict(input_shapes={"x": "1,4"}), dict(input_shapes={"x": np.array([1, 4])}),
+    dict(batch="2"), dict(batch=1.0), dict(batch=True), dict(batch=np.int64(2)),
+    dict(progress=np.array([1, 2])), dict(progress="x"), dict(progress=1), dict(progress=None),
+], ids=repr)
+def test_arguments_of_the_wrong_type_are_usage_errors(kw):
+    kw = {"input_shapes": {"x": (1, 4)}, **kw}
+    assert code_of(lambda: import_onnx(DYNAMIC, det("a", (2, 4)), **kw))[0] == "usage.argument"
+
+
+def test_shapes_as_lists_of_ints_are_accepted():
+    result = import_onnx(DYNAMIC, det("a", (2, 4)), input_shapes={"x": [1, 4]}, progress=False)
+    assert result.model.program.input_types[0].shape == (1, 4)
+
+
+@pytest.mark.parametrize("call, code", [
+    (lambda: Options(output_bits=10 ** 5000), "invalid.onnx_option"),
+    (lambda: import_onnx(DYNAMIC, det("h", (2, 4)), batch=10 ** 5000, input_shapes=None), "invalid.onnx_shape"),
+    (lambda: import_onnx(DYNAMIC, det("h", (2, 4)), input_shapes={"x": (10 ** 5000, 4)}), "invalid.onnx_shape"),
+])
+def test_an_integer_too_long_to_print_is_still_named(call, code):
+    # repr of an int of more than 4,300 digits raises ValueError: the message would fail to form.
+    got, message = code_of(call)
+    assert got == code and "bits" in message

@@ -9,7 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
-from isa.errors import InputError, InvalidError
+from isa.errors import InputError, InvalidError, UsageError, shown
 from serializer.model import Model as ModelIR
 from serializer.model import with_scales
 from cvmvm import files
@@ -39,21 +39,29 @@ def _as_arrays(what: str, data: np.ndarray | Mapping[str, np.ndarray], names: li
     return arrays
 
 
-def import_onnx(source: str | os.PathLike[str] | bytes, calibration: np.ndarray | Mapping[str, np.ndarray], *,
+def import_onnx(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
+                calibration: np.ndarray | Mapping[str, np.ndarray], *,
                 eval_data: np.ndarray | None = None, eval_labels: np.ndarray | None = None,
                 batch: int | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                 options: Options = Options(), progress: bool = False) -> ImportResult:
-    """Quantize a float ONNX model (path or bytes) into a verified CVM program.
+    """Quantize a float ONNX model (a path, or its bytes as bytes, bytearray or memoryview) into a
+    verified CVM program.
 
     ``calibration``: float samples stacked on axis 0 (a dict by input name for
     several inputs).  ``eval_data``/``eval_labels``: optional samples and
-    integer labels for the report's accuracy.  The result's model is the same
-    bytes for the same ONNX model, calibration data and options.
+    integer labels for the report's accuracy.  ``batch`` an int, ``input_shapes``
+    input names to tuples (or lists) of ints, ``progress`` a bool; other types are
+    usage.argument.  The result's model is the same bytes for the same ONNX
+    model, calibration data and options.
     """
     started = time.perf_counter()
-    data = source if isinstance(source, bytes) else files.read_bytes(source, "ONNX model", g.MAX_ONNX_BYTES)
+    _check_arguments(batch, input_shapes, options, progress)
+    data = _source_bytes(source)
     full = g.parse(data)
     graph, tail = g.drop_tail(full)
+    if not graph.outputs:
+        # A tail over constants alone leaves nothing for the program to compute.
+        raise InvalidError("onnx_op", "no graph output depends on an input once the classifier tail is dropped")
     check_supported(graph)
     names = [i.name for i in graph.inputs]
     shapes = cal.input_shapes(graph, batch, input_shapes or {})
@@ -78,6 +86,48 @@ def import_onnx(source: str | os.PathLike[str] | bytes, calibration: np.ndarray 
     imported = time.perf_counter() - started
     report = rep.evaluate(graph, tail, lowering, model, samples, eval_data, eval_labels, chunk, progress)
     return ImportResult(model, replace(report, import_seconds=imported, source_nodes=len(full.nodes)))
+
+
+def _source_bytes(source: object) -> bytes:
+    """The ONNX bytes: a bytes-like object is the model itself, a str or os.PathLike names its file."""
+    if isinstance(source, (bytes, bytearray)):
+        return bytes(source)
+    if isinstance(source, memoryview):
+        try:
+            return source.tobytes()
+        except ValueError:   # a released view
+            raise UsageError("argument", "source is a released memoryview") from None
+    if not isinstance(source, (str, os.PathLike)):
+        # An int would be opened as a file descriptor, a list or None reach os.stat's TypeError.
+        raise UsageError("argument", f"source of type {type(source).__name__}; give a path (str or os.PathLike) "
+                                     f"or the model's bytes")
+    try:
+        path = os.fspath(source)
+    except TypeError:   # a __fspath__ that returns neither str nor bytes
+        path = None
+    if not isinstance(path, str) or "\0" in path:
+        raise UsageError("argument", f"source {shown(source)} is not a path: a str without NUL characters")
+    return files.read_bytes(path, "ONNX model", g.MAX_ONNX_BYTES)
+
+
+def _check_arguments(batch: object, input_shapes: object, options: object, progress: object) -> None:
+    """Refuse arguments of the wrong type before anything is read: they would otherwise surface as
+    Python's own errors deep in the pipeline, or, as floats and bools in a shape, be taken as ints."""
+    if batch is not None and type(batch) is not int:
+        raise UsageError("argument", f"batch={shown(batch)}: an int or None")
+    if input_shapes is not None:
+        if not isinstance(input_shapes, Mapping):
+            raise UsageError("argument", f"input_shapes={shown(input_shapes)}: a mapping from input name to "
+                                         f"a tuple of ints, or None")
+        for name, shape in input_shapes.items():
+            if type(name) is not str or not isinstance(shape, (tuple, list)) \
+                    or any(type(d) is not int for d in shape):
+                raise UsageError("argument", f"input_shapes[{shown(name)}]={shown(shape)}: each input name "
+                                             f"(a str) maps to a tuple of ints")
+    if not isinstance(options, Options):
+        raise UsageError("argument", f"options={shown(options)}: a cvmvm.importer.Options")
+    if type(progress) is not bool:
+        raise UsageError("argument", f"progress={shown(progress)}: True or False")
 
 
 def _dry_run(graph: g.Graph, spec: cal.Specialized, options: Options, names: list[str]) -> None:

@@ -16,7 +16,7 @@ from typing import Callable, Mapping, cast
 
 import numpy as np
 
-from isa.errors import InputError, InvalidError
+from isa.errors import InputError, InvalidError, shown
 from isa.types import MAX_DIM, MAX_RANK, check_shape
 from cvmvm.importer.floateval import Evaluator
 from cvmvm.importer.graph import Graph, Node
@@ -32,15 +32,15 @@ def input_shapes(graph: Graph, batch: int | None,
         if name not in names:
             raise InvalidError("onnx_shape", f"--input-shape names {name!r}; the model's inputs are {names}")
     if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_DIM):
-        raise InvalidError("onnx_shape", f"batch {batch!r} must be an integer in [1, 2^24]")
+        raise InvalidError("onnx_shape", f"batch {shown(batch)} must be an integer in [1, 2^24]")
     shapes = {}
     for i in graph.inputs:
         if i.name in overrides:
             shape = tuple(overrides[i.name])
             if i.dims and (len(shape) != len(i.dims)
                            or any(d is not None and d != s for d, s in zip(i.dims, shape))):
-                raise InvalidError("onnx_shape", f"input {i.name!r}: shape {list(shape)} contradicts the model's "
-                                                 f"{_dims_text(i.dims)}")
+                raise InvalidError("onnx_shape", f"input {i.name!r}: shape {_shape_text(shape)} contradicts the "
+                                                 f"model's {_dims_text(i.dims)}")
         elif not i.dims:
             raise InvalidError("onnx_shape", f"input {i.name!r} declares no shape; give --input-shape "
                                              f"{i.name}=D0,D1,...")
@@ -55,11 +55,16 @@ def input_shapes(graph: Graph, batch: int | None,
             # Every dimension but the batch is known here (the loop above refused a dynamic one).
             shape = ((batch or 1) if i.dims[0] is None else i.dims[0],) + cast(tuple[int, ...], i.dims[1:])
         if not 1 <= len(shape) <= MAX_RANK or min(shape) < 1 or max(shape) > MAX_DIM:
-            raise InvalidError("onnx_shape", f"input {i.name!r}: shape {list(shape)} must have 1 to {MAX_RANK} "
+            raise InvalidError("onnx_shape", f"input {i.name!r}: shape {_shape_text(shape)} must have 1 to {MAX_RANK} "
                                              f"dims in [1, 2^24]")
         check_shape(tuple(shape), f"input {i.name!r}")   # at most 2^30 elements, as every CVM tensor
         shapes[i.name] = tuple(int(d) for d in shape)
     return shapes
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    # Each dim through shown: a caller's dim may be an integer too long for repr.
+    return "[" + ", ".join(shown(d) for d in shape) + "]"
 
 
 def _dims_text(dims: tuple[int | None, ...]) -> str:
@@ -89,6 +94,10 @@ def specialize(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> Specializ
 
     def observe(node: Node, name: str, value: np.ndarray) -> None:
         seen[name] = tuple(int(d) for d in value.shape)
+        if name not in constant and value.size == 0:
+            # A CVM tensor has every dim >= 1; lowered, an empty activation would meet empty weights.
+            raise InvalidError("onnx_shape", f"{node.label}: output {name!r} has shape {list(value.shape)}, "
+                                             f"which holds no elements")
         if name in constant:
             if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
                 raise InvalidError("onnx_weight", f"{node.label}: folds to a constant holding NaN or infinity")

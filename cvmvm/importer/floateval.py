@@ -22,7 +22,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from isa.attrs import parse_attrs
-from isa.errors import InvalidError, Rejected
+from isa.errors import InvalidError, Rejected, require
 from isa.ops.pool import MaxPoolAttrs, max_pool_kernel, max_pool_shape
 from isa.types import TensorType
 from cvmvm.importer.graph import Graph, Node
@@ -47,6 +47,9 @@ def as_float(x: np.ndarray) -> np.ndarray:
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b for a (..., M, K) and b (..., K, N), each output a dot product over K in order."""
+    # The loop runs over a's K: a longer b would lose rows, a shorter one (an empty one too) would
+    # make the slices broadcast into a wrong or empty result rather than fail.
+    require(a.shape[-1] == b.shape[-2], f"inner dimensions differ: {list(a.shape)} times {list(b.shape)}")
     acc = a[..., :, 0:1] * b[..., 0:1, :]
     for k in range(1, a.shape[-1]):
         acc = acc + a[..., :, k:k + 1] * b[..., k:k + 1, :]

@@ -23,6 +23,13 @@ MAX_ONNX_BYTES = 1 << 31  # protobuf's own limit for one message
 FLOAT_TYPES: dict[int, str] = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64",
                onnx.TensorProto.FLOAT16: "float16"}
 STANDARD_DOMAINS = ("", "ai.onnx")
+# Element types a constant (initializer or Constant value) may have: real numbers numpy computes
+# with natively, and bfloat16 (widened on load).  Complex values would lose their imaginary part
+# without a word; the 2- to 8-bit formats arrive as opaque ml_dtypes types that the NaN checks and
+# the float evaluator do not treat as floats.
+_T = onnx.TensorProto
+CONSTANT_TYPES = frozenset({_T.FLOAT, _T.DOUBLE, _T.FLOAT16, _T.BFLOAT16, _T.INT8, _T.INT16, _T.INT32, _T.INT64,
+                            _T.UINT8, _T.UINT16, _T.UINT32, _T.UINT64, _T.BOOL})
 
 
 @dataclass(frozen=True)
@@ -68,12 +75,12 @@ class Graph:
         return use
 
 
-def _attr_value(a: onnx.AttributeProto) -> Any:
+def _attr_value(a: onnx.AttributeProto, at: str) -> Any:
     value = onnx.helper.get_attribute_value(a)
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if isinstance(value, onnx.TensorProto):
-        return numpy_helper.to_array(value)
+        return _constant(value, f"{at}: tensor attribute {a.name!r}")
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode("utf-8", errors="replace") for v in value]
     return value
@@ -101,17 +108,14 @@ def parse(data: bytes, where: str = "model") -> Graph:
         name = _text(t.name, f"{where}: an initializer name")
         if t.data_location == onnx.TensorProto.EXTERNAL:
             raise MalformedError("onnx", f"{where}: initializer {name!r} keeps its data in an external file")
-        try:
-            constants[name] = numpy_helper.to_array(t)
-        except Exception as e:  # a data type numpy has no form for, or data of the wrong length
-            raise MalformedError("onnx", f"{where}: initializer {name!r}: {type(e).__name__}: {e}") from None
+        constants[name] = _constant(t, f"{where}: initializer {name!r}")
     inputs = tuple(_graph_input(v) for v in g.input if _text(v.name, f"{where}: an input name") not in constants)
     defined = set(constants) | {i.name for i in inputs}
     nodes = []
     for k, n in enumerate(g.node):
         at = f"{where}: node #{k}"
         try:
-            attrs = {_text(a.name, at): _attr_value(a) for a in n.attribute}
+            attrs = {_text(a.name, at): _attr_value(a, at) for a in n.attribute}
         except ValueError as e:
             raise MalformedError("onnx", f"{at}: {e}") from None
         node = Node(k, _text(n.name, at), _text(n.op_type, at), _text(n.domain, at),
@@ -127,10 +131,27 @@ def parse(data: bytes, where: str = "model") -> Graph:
                 defined.add(t)
         nodes.append(node)
     outputs = tuple(_text(o.name, f"{where}: an output name") for o in g.output)
+    if not outputs:
+        # Lowered as is, it would be a verified program that computes nothing and returns nothing.
+        raise MalformedError("onnx", f"{where}: the graph declares no outputs")
     for t in outputs:
         if t not in defined:
             raise MalformedError("onnx", f"{where}: graph output {t!r} is defined nowhere")
     return Graph(tuple(nodes), constants, inputs, outputs, opset)
+
+
+def _constant(t: onnx.TensorProto, where: str) -> np.ndarray:
+    if t.data_type not in CONSTANT_TYPES:
+        kind = onnx.TensorProto.DataType.Name(t.data_type) if t.data_type in onnx.TensorProto.DataType.values() \
+            else f"element type {t.data_type}"
+        raise InvalidError("dtype", f"{where} is {kind}; constants must be real numbers (float, integer or bool)")
+    try:
+        value = numpy_helper.to_array(t)
+    except Exception as e:  # data of the wrong length for its dims
+        raise MalformedError("onnx", f"{where}: {type(e).__name__}: {e}") from None
+    # numpy knows bfloat16 only as an opaque ml_dtypes type, which the NaN checks (float kinds) would
+    # pass over; float32 holds every bfloat16 value exactly.
+    return value.astype(np.float32) if t.data_type == onnx.TensorProto.BFLOAT16 else value
 
 
 def _text(value: str | bytes, where: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from isa.errors import InvalidError
+from isa.errors import InvalidError, shown
 from isa.types import MAX_PRECISION, bitlen, precision_bound, round_half_away
 from serializer.model import Model
 from cvmvm.importer import floateval as fe
@@ -46,7 +46,8 @@ class Options:
                              ("output_bits", 2, MAX_PRECISION - 1)):
             value = getattr(self, name)
             if type(value) is not int or not lo <= value <= hi:
-                raise InvalidError("onnx_option", f"{name}={value!r} must be an integer in [{lo}, {hi}]")
+                # shown: repr of an integer of more than 4,300 digits raises ValueError.
+                raise InvalidError("onnx_option", f"{name}={shown(value)} must be an integer in [{lo}, {hi}]")
 
 
 @dataclass(frozen=True)
