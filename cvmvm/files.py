@@ -42,7 +42,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Union
 
 import numpy as np
 
-from isa.errors import CvmError, InputError, IOFailure, LimitError, MalformedError, UsageError
+from isa.errors import CvmError, InputError, IOFailure, LimitError, MalformedError, UsageError, shown
 from serializer import strict
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -97,6 +97,7 @@ def open_regular(path: PathLike, what: str, follow: bool = True) -> tuple[io.Fil
     kind is checked on ``stat`` before the open, so a fifo or a device is never
     opened, and again on the open file (it may have been swapped between).
     """
+    _named(path, what)
     try:
         st = os.stat(path, follow_symlinks=follow)
         if not stat.S_ISREG(st.st_mode):
@@ -301,6 +302,13 @@ def record_name(token: str) -> str:
 def is_own_temp(name: str) -> bool:
     """A name of cvmvm's own temporary files or commit records (never a final name)."""
     return bool(_TEMP.fullmatch(name) or _RECORD.fullmatch(name))
+
+
+def _named(path: PathLike, what: str) -> None:
+    """A path the system can take: no NUL byte (os functions raise ValueError on one; only a
+    Python caller can pass it, a command line cannot)."""
+    if "\0" in os.fspath(path):
+        raise UsageError("argument", f"{what}: the path {shown(os.fspath(path))} holds a NUL byte")
 
 
 def _stat(path: PathLike) -> os.stat_result | None:
@@ -528,6 +536,7 @@ class Outputs:
     def file(self, path: PathLike, what: str) -> str:
         """Declare an output file; returns the key to ``put`` under.  Its directory must exist."""
         given = str(path)
+        _named(given, what)
         if not given or given.endswith(os.sep):
             raise IOFailure("not_regular", f"cannot write {what} {given!r}: not a file name")
         parent = os.path.dirname(given) or "."
@@ -557,6 +566,7 @@ class Outputs:
         """Declare an output directory, created at commit if missing (its parent must exist), in
         which this command writes (and removes stale) files whose names match ``owned``."""
         given = str(path)
+        _named(given, what)
         target = _stat(given)
         if target is None:
             parent = os.path.dirname(os.path.normpath(given)) or "."

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from isa.errors import InvalidError
+from isa.errors import InvalidError, shown
 
 INT = "int"
 BOOL = "bool"
@@ -111,9 +111,9 @@ def parse_attrs(record: type, raw: Mapping[str, Any], *, fill_defaults: bool) ->
     """
     specs = attr_fields(record)
     names = {s.name for s in specs}
-    unknown = sorted(k for k in raw if k not in names)
+    unknown = sorted((k for k in raw if k not in names), key=shown)    # keys of any type, from Python
     if unknown:
-        raise InvalidError("attr", f"unknown attribute {unknown[0]!r}; expected some of {sorted(names)}")
+        raise InvalidError("attr", f"unknown attribute {shown(unknown[0])}; expected some of {sorted(names)}")
     values: dict[str, Any] = {}
     for spec in specs:
         if spec.name in raw:
@@ -125,11 +125,11 @@ def parse_attrs(record: type, raw: Mapping[str, Any], *, fill_defaults: bool) ->
         else:
             raise InvalidError("attr", f"attribute {spec.name!r} is required")
         if not well_typed(spec.kind, value):
-            raise InvalidError("attr", f"attribute {spec.name}={value!r} must be of kind {spec.kind}")
+            raise InvalidError("attr", f"attribute {spec.name}={shown(value)} must be of kind {spec.kind}")
         if spec.kind == OPT_INT and value is None:
             pass
         elif not spec.domain(value):
-            raise InvalidError("attr", f"attribute {spec.name}={value!r} must be {spec.domain.describe}")
+            raise InvalidError("attr", f"attribute {spec.name}={shown(value)} must be {spec.domain.describe}")
         values[spec.name] = value
     return record(**values)
 

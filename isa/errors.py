@@ -181,3 +181,26 @@ def require(condition: bool, message: str) -> None:
     """
     if not condition:
         raise Rejected(message)
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a message, at most ``limit`` characters.  An integer past 64 bits is
+    described by its size (printing one of more than 4,300 digits raises ValueError, or not, as
+    PYTHONINTMAXSTRDIGITS says, and a message may not depend on the environment), and a container
+    by its length unless it holds a few plain values (repr recurses into it, as deep as it nests)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+        if len(items) > 16 or not all(_plain(v) for v in items):
+            return f"a {type(value).__name__} of {len(value)} items"
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _plain(value: object) -> bool:
+    return value is None or isinstance(value, (bool, float, str, bytes)) or \
+        (isinstance(value, int) and value.bit_length() <= 64)

@@ -149,6 +149,7 @@ def quantize_float(x: np.ndarray, scale: float, precision: int) -> np.ndarray:
     range and changes nothing, since rounding is monotone.
     """
     bound = precision_bound(precision)
-    ratio = np.asarray(x, dtype=np.float64) / np.float64(scale)
+    with np.errstate(over="ignore"):    # a quotient past float64's range is infinite, and clipped
+        ratio = np.asarray(x, dtype=np.float64) / np.float64(scale)
     rounded = round_half_away(np.clip(ratio, -bound - 1.0, bound + 1.0))
     return np.clip(rounded, -bound, bound).astype(np.int32)

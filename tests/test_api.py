@@ -339,3 +339,78 @@ def test_the_static_peak_of_the_perf_models():
                            gzip.decompress((d / "params.bin.gz").read_bytes()))
         x = {"data": np.zeros(model.inputs["data"].shape, np.int32)}
         assert peak_bytes(model.program) == model.run(x).peak_bytes
+
+
+# -- Python arguments of the wrong kind are usage errors, never a bare exception -------------------
+
+@pytest.mark.parametrize("flags", [{"trace": np.array([1, 2])}, {"keep": np.array([1, 2])}, {"trace": "yes"},
+                                   {"trace": 1}, {"keep": None}])
+def test_run_flags_are_bools(digits, flags):
+    with pytest.raises(CvmError) as e:
+        digits.run({"data": IMAGES[0]}, **flags)
+    assert e.value.code == "usage.argument"
+
+
+def test_run_batch_flags_are_bools(digits):
+    with pytest.raises(CvmError) as e:
+        digits.run_batch([{"data": IMAGES[0]}], trace=np.array([1, 2]))
+    assert e.value.code == "usage.argument"
+
+
+@pytest.mark.parametrize("limits", [("1", None, None), (None, "x", None), (None, None, 1.5), (-1, None, None),
+                                    (None, 0, None), (True, None, None), (None, None, np.int64(5))])
+def test_limits_are_positive_integers_or_none(limits):
+    with pytest.raises(CvmError) as e:
+        cvmvm.Limits(*limits)
+    assert e.value.code == "usage.argument"
+
+
+@pytest.mark.parametrize("precision", ["8", 8.0, True, np.int64(8), np.array([8, 8])])
+def test_run_op_precisions_are_integers(precision):
+    with pytest.raises(CvmError) as e:
+        cvmvm.run_op("relu", [np.array([1, -1], dtype=np.int32)], precisions=[precision])
+    assert e.value.code == "usage.argument"
+
+
+def test_run_op_bounds_an_input_before_it_reads_it():
+    # Defect: min/max ran over 2^40 elements of a broadcast view (minutes) before limit.size.
+    huge = np.broadcast_to(np.int32(1), (1 << 20, 1 << 20))
+    with pytest.raises(CvmError) as e:
+        cvmvm.run_op("relu", [huge])
+    assert e.value.code == "limit.size"
+
+
+@pytest.mark.parametrize("attrs", [{"precision": 10 ** 5000, "shift_bit": 3}, {"precision": [10 ** 5000], "shift_bit": 3},
+                                   {1: 2, "precision": 8, "shift_bit": 3}])
+def test_an_attribute_too_long_to_print_is_still_named(attrs):
+    # Defect: the message's repr raised ValueError past Python's 4,300-digit limit.
+    with pytest.raises(CvmError) as e:
+        cvmvm.run_op("cvm_right_shift", [np.array([1, 2], dtype=np.int32)], attrs)
+    assert e.value.code == "invalid.attr" and len(e.value.message) < 200
+
+
+def test_a_graph_dict_is_read_as_strictly_as_its_text():
+    deep: list = []
+    cur = deep
+    for _ in range(100_000):
+        cur.append([])
+        cur = cur[0]
+    for graph in ({"nodes": deep}, {"heads": [[10 ** 5000, 0, 0]]}, {"nodes": {1, 2}}, {"x": float("nan")}):
+        with pytest.raises(CvmError) as e:
+            cvmvm.load_cortex(graph)
+        assert e.value.code == "malformed.graph_json"
+
+
+@pytest.mark.parametrize("call", [lambda: cvmvm.load("a\0b"), lambda: cvmvm.load_cortex("a\0b.json"),
+                                  lambda: cvmvm.load_cortex("{}", "p\0")])
+def test_a_path_with_a_nul_byte_is_a_usage_error(call):
+    with pytest.raises(CvmError) as e:
+        call()
+    assert e.value.code == "usage.argument"
+
+
+def test_clipping_reports_the_uint64_values_given(digits):
+    given = np.full(IMAGES[0].shape, 2 ** 63, dtype=np.uint64)
+    given.flat[0] = 2 ** 64 - 1
+    (clipping,) = digits.run({"data": given}).clipping
+    assert (clipping.low, clipping.high) == (2 ** 63, 2 ** 64 - 1)

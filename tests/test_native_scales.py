@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import warnings
 from dataclasses import replace
 
 import msgpack
@@ -171,3 +172,16 @@ def test_scales_built_in_python_are_checked_too(inputs, outputs):
     with pytest.raises(CvmError) as e:
         verify(model)
     assert e.value.code == "invalid.scale"
+
+
+def test_a_float_input_whose_quotient_overflows_is_clipped_and_reported_exactly():
+    # Defect: 1.7e308 at a scale of 2^-6 divided to infinity, and reporting its clipping raised
+    # OverflowError (internal.bug).
+    x = np.zeros((2, 3), dtype=np.float64)
+    x[0, 0], x[1, 1] = 1.7e308, -1.7e308
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = cvmvm.load(SCALED).run({"x": x})
+    assert np.array_equal(result.outputs[0], cvmvm.load(SCALED).run({"x": quantize_float(x, 2.0 ** -6, 8)}).outputs[0])
+    (clipping,) = result.clipping
+    assert (clipping.count, clipping.low, clipping.high) == (2, -int(1.7e308) * 64, int(1.7e308) * 64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections import abc
 from contextlib import nullcontext
@@ -11,12 +12,14 @@ from typing import Any, Mapping, Sequence, Union
 import numpy as np
 
 from isa.attrs import parse_attrs
-from isa.errors import CvmError, InputError, InvalidError, LimitError, UsageError
+from isa.errors import CvmError, InputError, InvalidError, LimitError, MalformedError, UsageError, shown
 from isa.table import OP_BY_NAME
-from isa.types import INT32, MAX_DIM, MAX_PRECISION, MIN_PRECISION, TensorType, bitlen, precision_bound, vm_dtype
+from isa.types import (INT32, MAX_DIM, MAX_PRECISION, MIN_PRECISION, TensorType, bitlen, check_shape, precision_bound,
+                       vm_dtype)
 from serializer import cortex, kinds, native
 from serializer.hashing import Committer, model_hash, outputs_hash
 from serializer.limits import MAX_GRAPH_JSON_BYTES, MAX_PARAMS_BYTES
+from serializer.strict import MAX_JSON_DEPTH
 from cvmvm import files
 from cvmvm.vm.batching import Batch
 from cvmvm.vm.execute import Clipping, TensorObserver, compile_native, execute, peak_bytes, prepare_inputs
@@ -179,6 +182,7 @@ class Model:
 
         An input with a float scale also takes a float array, quantized as FORMAT.md 1.6 defines.
         """
+        _check_flags(trace=trace, keep=keep)
         _check_feeds(inputs, "inputs")
         limit = self.program.limits.memory
         if keep and limit is not None and kept_memory(self.program) > limit:
@@ -214,6 +218,7 @@ class Model:
         """Run many input sets; item k's Result is field for field what ``run(feeds[k], trace=trace)``
         gives.  They run stacked along axis 0 where the program allows it (cvmvm.vm.batching),
         one at a time where it does not.  A bad item raises its error, naming the item."""
+        _check_flags(trace=trace)
         if isinstance(feeds, (Mapping, str, bytes)) or not isinstance(feeds, Sequence):
             raise UsageError("argument", f"feeds: expected a list of mappings of input name to numpy array, "
                                          f"got {type(feeds).__name__}")
@@ -261,6 +266,29 @@ def _read(source: object, what: str) -> tuple[bytes, str]:
     raise UsageError("argument", f"{what}: expected a path or bytes, got {type(source).__name__}")
 
 
+def _nesting(value: object) -> int:
+    """How deep dicts and lists nest in ``value``, up to MAX_JSON_DEPTH + 1, without recursion:
+    json.dumps recurses once per level, bounded only by a recursion limit another library in the
+    process may have raised past the C stack (strict.MAX_JSON_DEPTH)."""
+    deepest = 0
+    todo: list[tuple[object, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                return depth
+            deepest = max(deepest, depth)
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _check_flags(**flags: object) -> None:
+    """Flags are bools: a numpy array has no truth value, and "no" would be true."""
+    for name, value in flags.items():
+        if type(value) is not bool:
+            raise UsageError("argument", f"{name}: expected True or False, got {shown(value)}")
+
+
 def _limits(ops_limit: object, memory_limit: object, work_limit: object) -> Limits:
     for name, value in (("ops_limit", ops_limit), ("memory_limit", memory_limit), ("work_limit", work_limit)):
         if value is not None and (type(value) is not int or value < 1):
@@ -294,7 +322,17 @@ def load(source: Source, params: Source | None = None, *, ops_limit: int | None 
 def load_cortex(graph: Any, params: Any = None, *, ops_limit: int | None = None,
                 memory_limit: int | None = DEFAULT_MEMORY_LIMIT, work_limit: int | None = DEFAULT_WORK_LIMIT) -> Model:
     """Load and verify a Cortex model (graph: path, JSON text, bytes or dict; params: path, bytes or None);
-    limits as for ``load``."""
+    limits as for ``load``.  A dict is read as the JSON text it spells, as strictly as a file."""
+    if isinstance(graph, dict):
+        if _nesting(graph) > MAX_JSON_DEPTH:
+            raise MalformedError("graph_json", f"graph: a dict nested more than {MAX_JSON_DEPTH} levels deep")
+        try:
+            graph = json.dumps(graph, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as e:
+            # Values JSON has no form for, an integer past Python's digit limit, nesting past the
+            # recursion limit: a file could not hold them either.
+            raise MalformedError("graph_json", f"graph: a dict that is no JSON document ({type(e).__name__})") \
+                from None
     if isinstance(graph, os.PathLike) or (isinstance(graph, str) and not graph.lstrip().startswith("{")):
         graph = files.read_bytes(graph, "graph JSON", MAX_GRAPH_JSON_BYTES)
     if isinstance(params, (str, os.PathLike)):
@@ -309,6 +347,7 @@ def _run_op_type(k: int, value: np.ndarray, precision: int | None, int32_only: b
     if not isinstance(value, np.ndarray):
         raise InputError("dtype", f"input {k}: expected a numpy array, got {type(value).__name__}")
     shape = tuple(int(d) for d in value.shape)
+    check_shape(shape, f"input {k}")   # before any pass over its values: a broadcast view may be huge
     if value.dtype.kind == "i" and (value.dtype.itemsize == 4 or (value.dtype.itemsize == 8 and int32_only)):
         lo, hi = (int(value.min()), int(value.max())) if value.size else (0, 0)
         if lo < -(1 << 31) or hi > (1 << 31) - 1:
@@ -356,6 +395,9 @@ def single_op_model(name: str, inputs: Sequence[np.ndarray], attrs: Mapping[str,
         raise InvalidError("op", f"unknown op {name!r}")
     if precisions is not None and len(precisions) != len(inputs):
         raise InputError("precision", f"{len(precisions)} precisions for {len(inputs)} inputs")
+    for p in precisions or ():
+        if p is not None and type(p) is not int:
+            raise UsageError("argument", f"precisions: expected integers or None, got {shown(p)}")
     record = parse_attrs(op.attrs, dict(attrs or {}), fill_defaults=True)
     types = [_run_op_type(k, v, None if precisions is None else precisions[k], op.dtypes is None)
              for k, v in enumerate(inputs)]

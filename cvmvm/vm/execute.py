@@ -13,8 +13,10 @@ which confirms every value the same way and gives the same bytes.
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, cast
 
 import numpy as np
@@ -82,9 +84,8 @@ def prepare_input(name: str, t: TensorType, value: object, scale: float | None =
         if clipped is not None and wide.size:
             count = int(np.count_nonzero(wide < -bound)) + int(np.count_nonzero(wide > bound))
             if count:
-                # The largest given value, not the saturated one, for a uint64 input.
-                high = int(value.max())
-                clipped.append(Clipping(name, count, int(wide.min()), high, t.precision))
+                # The values given, not the saturated ones, for a uint64 input.
+                clipped.append(Clipping(name, count, int(value.min()), int(value.max()), t.precision))
         np.clip(wide, -bound, bound, out=wide)  # in place: one int64 copy of the input at a time (INPUT_SCRATCH)
         return wide.astype(np.int32)
     if vm_dtype(value.dtype) != t.dtype:
@@ -98,11 +99,21 @@ def _report_float_clipping(name: str, precision: int, value: np.ndarray, scale: 
     |x / scale| >= bound + 1/2.  (A function of its own: its float64 temporaries are gone
     before quantize_float makes its own, SCALED_INPUT_SCRATCH.)"""
     bound = precision_bound(precision)
-    ratio = np.asarray(value, dtype=np.float64) / np.float64(scale)
+    with np.errstate(over="ignore"):    # infinite where the quotient overflows: _exact_quantized
+        ratio = np.asarray(value, dtype=np.float64) / np.float64(scale)
     count = int(np.count_nonzero(np.abs(ratio) >= bound + 0.5))
     if count:
-        lo, hi = round_half_away(np.array([ratio.min(), ratio.max()]))
-        clipped.append(Clipping(name, count, int(lo), int(hi), precision))
+        lo, hi = (int(round_half_away(r)) if np.isfinite(r) else _exact_quantized(x, scale)
+                  for r, x in ((ratio.min(), value.min()), (ratio.max(), value.max())))
+        clipped.append(Clipping(name, count, lo, hi, precision))
+
+
+def _exact_quantized(x: float, scale: float) -> int:
+    """round_half_away(x / scale) of a finite x whose float64 quotient overflows (1.7e308 at a scale
+    below 1), exactly: the clip makes it the bound either way, but the report gives the value."""
+    q = Fraction(float(x)) / Fraction(float(scale))
+    whole = math.floor(abs(q) + Fraction(1, 2))
+    return whole if q >= 0 else -whole
 
 
 def prepare_inputs(program: Program, inputs: Mapping[str, object] | Iterable[tuple[str, object]],

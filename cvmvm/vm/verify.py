@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from isa.attrs import INTS, STR, attr_fields
-from isa.errors import InputError, InternalError, InvalidError, LimitError, Rejected
+from isa.errors import InputError, InternalError, InvalidError, LimitError, Rejected, UsageError, shown
 from isa.spec import OpDef, int32_only
 from isa.table import OP_BY_NAME
 from isa.types import (DTYPES, INT32, MAX_OPS, MAX_PRECISION, MIN_PRECISION, TensorType, check_shape, precision_bound,
@@ -67,6 +67,13 @@ class Limits:
     ops: int | None = None  # reject a model whose cost exceeds this, before running it
     memory: int | None = DEFAULT_MEMORY_LIMIT  # bytes: peak live tensors + scratch of a run
     work: int | None = DEFAULT_WORK_LIMIT      # work units of a run
+
+    def __post_init__(self) -> None:
+        for name in ("ops", "memory", "work"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise UsageError("argument", f"Limits.{name}: expected a positive integer or None, "
+                                             f"got {shown(value)}")
 
 
 # What a model verified but not run here is held to (cvmvm hash, convert, disasm, store add, the
