@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,7 +58,8 @@ def _replay(demo: Path, *extra: str) -> list[str]:
 def test_output_lines_are_the_json_results(demo, tmp_path, capsys):
     code, info = cli_json(capsys, _replay(demo, "--output", str(tmp_path / "r.jsonl")))
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
-    assert json.loads(lines[0]) == {"format": "cvmvm-replay-results", "version": 1, "signer": None}
+    assert json.loads(lines[0]) == {"format": "cvmvm-replay-results", "version": 2, "signer": None,
+                                    "limits": {"memory": 2 ** 31, "ops": None, "work": 5 * 10 ** 9}}
     assert [json.loads(line) for line in lines[1:]] == info["results"]
     assert [r["index"] for r in info["results"]] == list(range(3000))
     assert all(results.outcome_line(results.outcome_from_line(line.encode())) == line for line in lines[1:])
@@ -102,6 +104,108 @@ def test_resume_refuses_other_results(demo, tmp_path, capsys):
     r.write_bytes(lines[0] + lines[1].replace(b'"ok"', b'"OK"'))
     code, info = cli_json(capsys, _replay(other, "--output", str(r), "--resume"))
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"
+
+
+@pytest.fixture(scope="module")
+def finished(demo, tmp_path_factory) -> bytes:
+    """The results file of an uninterrupted replay of ``demo``."""
+    out = tmp_path_factory.mktemp("finished") / "r.jsonl"
+    assert _cli(*_replay(demo, "--output", str(out), "--quiet")).returncode == 1
+    return out.read_bytes()
+
+
+def _resumed(capsys, demo, path, *extra) -> tuple[int, dict]:
+    return cli_json(capsys, _replay(demo, "--output", str(path), "--resume", *extra))
+
+
+def test_a_long_line_in_the_middle_is_malformed_not_dropped(demo, finished, tmp_path, capsys):
+    # Defect: a line over 64 KiB was taken for a last line cut short: the file was truncated there.
+    lines = finished.splitlines(keepends=True)
+    r = tmp_path / "r.jsonl"
+    r.write_bytes(b"".join(lines[:11]) + b"x" * 70_000 + b"\n" + b"".join(lines[11:]))
+    before = r.read_bytes()
+    code, info = _resumed(capsys, demo, r)
+    assert code == EXIT_CODES["malformed"] and "line 12 is longer" in info["message"] and r.read_bytes() == before
+
+
+@pytest.mark.parametrize("edit, code, words", [
+    (lambda h: h.replace(b"\n", b"\r\n"), "malformed.results", "header is not the one"),
+    (lambda h: h.replace(b'"version": 2', b'"version": 1'), "malformed.results", "version 1"),
+    (lambda h: h[:50], "malformed.results", "not a cvmvm replay results file"),
+    (lambda h: h.replace(b'"work": 5000000000', b'"work": 1000'), "usage.conflict", "other limits"),
+])
+def test_a_header_that_differs_is_named(demo, finished, tmp_path, capsys, edit, code, words):
+    # Defect: every header but the exact one was "made with another --signer".
+    head, rest = finished.split(b"\n", 1)
+    r = tmp_path / "r.jsonl"
+    r.write_bytes(edit(head + b"\n") + rest)
+    got, info = _resumed(capsys, demo, r)
+    assert info["error"] == code and words in info["message"], info
+
+
+def test_a_resume_under_other_limits_is_refused(demo, tmp_path, capsys):
+    r = tmp_path / "r.jsonl"
+    cli_json(capsys, _replay(demo, "--output", str(r), "--work-limit", "1000"))
+    r.write_bytes(b"".join(r.read_bytes().splitlines(keepends=True)[:31]))
+    code, info = _resumed(capsys, demo, r)
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.conflict"
+    code, info = _resumed(capsys, demo, r, "--work-limit", "1000")
+    assert info["summary"]["total"] == 3000 and info["summary"]["error"] == 3000
+
+
+def test_an_empty_results_file_is_resumed_from_the_start(demo, finished, tmp_path, capsys):
+    # A kill between the file's creation and its header's write leaves it empty.
+    r = tmp_path / "r.jsonl"
+    r.write_bytes(b"")
+    code, info = _resumed(capsys, demo, r)
+    assert code == 1 and r.read_bytes() == finished
+
+
+def test_a_line_at_another_offset_is_refused(demo, finished, tmp_path, capsys):
+    lines = finished.splitlines(keepends=True)
+    r = tmp_path / "r.jsonl"
+    r.write_bytes(lines[0] + re.sub(rb'"offset": [0-9]+', b'"offset": 99999', lines[1]) + b"".join(lines[2:11]))
+    code, info = _resumed(capsys, demo, r)
+    assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_results_file_is_never_written_through_a_link(demo, finished, tmp_path, capsys, dangling):
+    target = tmp_path / "target.jsonl"
+    if not dangling:
+        target.write_bytes(finished[:500])
+    (tmp_path / "link.jsonl").symlink_to(target)
+    for extra in ([], ["--resume"]):
+        code, info = cli_json(capsys, _replay(demo, "--output", str(tmp_path / "link.jsonl"), *extra))
+        assert code == EXIT_CODES["io"] and info["error"] == "io.not_regular", (extra, info)
+    assert dangling or target.read_bytes() == finished[:500]
+
+
+def test_one_replay_writes_a_results_file_at_a_time(demo, finished, tmp_path, capsys):
+    import fcntl
+    r = tmp_path / "r.jsonl"
+    r.write_bytes(finished[:500])
+    with open(r, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)   # as a running replay holds it
+        code, info = _resumed(capsys, demo, r)
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.conflict" and "another replay" in info["message"]
+    assert r.read_bytes() == finished[:500]
+
+
+def test_a_resumed_file_is_handed_on_in_bursts(demo, finished, tmp_path, monkeypatch):
+    # Defect: every outcome read back waited in memory until the first new one was sent.
+    from cvmvm.tx import schedule
+    from cvmvm.tx.store import Store
+    monkeypatch.setattr(schedule, "RESUMED_BURST", 256)
+    r = tmp_path / "r.jsonl"
+    r.write_bytes(finished)
+    out, previous = results.resume(r, None)
+    try:
+        bursts = [len(b) for b in schedule.replay_file(demo / "txs.cvmtx", Store(demo / "store"),
+                                                       schedule.Options(batch_size=64), previous)]
+    finally:
+        out.close()
+    assert sum(bursts) == 3000 and max(bursts) <= 256
 
 
 def _started(big: Path, out: Path, lines: int, *args: str) -> subprocess.Popen:

@@ -476,3 +476,23 @@ def test_one_instruction_checks_each_value_against_its_type():
         with pytest.raises(CvmError) as e:
             verify_instruction(relu, attrs, [(t, value)])
         assert e.value.code == code
+
+
+def test_a_claimed_output_outside_its_type_is_refused_though_it_commits_alike(capsys, tmp_path):
+    """A value past the precision wraps into its lane and commits like another (300 like 44 in
+    1-byte lanes): the proof would open an element whose committed bytes the honest run shares."""
+    model = mlp_model()
+    (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
+    np.save(tmp_path / "x.npy", X["x"])
+    disputed_files(tmp_path, model, X, 1, 2)
+    out = model.program.steps[1].outputs[0]
+    p = model.program.types[out].precision
+    claimed = np.load(tmp_path / "claimed.npy").astype(np.int64)
+    claimed.flat[0] += 1 << (8 if p <= 8 else 16 if p <= 16 else 32)
+    assert tensor_commitment(claimed, model.program.types[out]) == \
+        tensor_commitment(np.load(tmp_path / "claimed.npy"), model.program.types[out])
+    np.save(tmp_path / "claimed.npy", claimed)
+    code, info = cli_json(capsys, ["prove-step", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}",
+                                   "--against", str(tmp_path / "disputed.json"),
+                                   "--claimed-output", str(tmp_path / "claimed.npy"), "--out", str(tmp_path / "p")])
+    assert code == EXIT_CODES["input"] and info["error"] == "input.claimed" and "outside" in info["message"]

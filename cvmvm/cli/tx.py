@@ -126,10 +126,10 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
     if args.output is not None:
         # Checked as every output is (its directory, not an input); appended to, not replaced.
         files.Outputs(reads=[args.txs, args.signer]).file(args.output, "--output")
-        if args.resume and os.path.exists(args.output):
-            out, previous = results.resume(args.output, opts.signer)
+        if args.resume and os.path.lexists(args.output):
+            out, previous = results.resume(args.output, opts.signer, opts.limits)
         else:
-            out = results.ResultsFile.create(args.output, opts.signer)
+            out = results.ResultsFile.create(args.output, opts.signer, opts.limits)
     report = results.Report()
     progress = _Progress(schedule.count_hint(args.txs), args.quiet)
     stdout = sys.stdout

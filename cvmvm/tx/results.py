@@ -9,18 +9,22 @@ not a transaction's (a model not in the store), are reported once per model.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from isa.errors import CvmError, MalformedError, UsageError
+from isa import errors
+from isa.errors import CvmError, IOFailure, MalformedError, UsageError
 from cvmvm import files
 from cvmvm.tx.replay import ERROR, MISMATCH, OK, Outcome
+from cvmvm.vm.verify import Limits
 
 RESULTS_FORMAT = "cvmvm-replay-results"
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2         # 2: the header records the run's limits
 MAX_LINE = 1 << 16          # a results line is far shorter; a longer one is not ours
 MODEL_ERROR_INDICES = 5     # transactions named per model-level error in the text report
 
@@ -69,7 +73,7 @@ def outcome_from_line(line: bytes) -> Outcome:
     try:
         row = json.loads(line)
     except ValueError as e:
-        raise _bad(f"not JSON: {e}") from None
+        raise _bad(f"a line that is not JSON ({e})") from None
     if type(row) is not dict or type(row.get("index")) is not int or type(row.get("offset")) is not int:
         raise _bad("expected an object with an integer index and offset")
     status = row.get("status")
@@ -88,9 +92,28 @@ def outcome_from_line(line: bytes) -> Outcome:
 
 # -- the results file --------------------------------------------------------------------
 
-def _header(signer: bytes | None) -> bytes:
-    return (json.dumps({"format": RESULTS_FORMAT, "version": RESULTS_VERSION,
-                        "signer": None if signer is None else signer.hex()}, sort_keys=True) + "\n").encode()
+def _header_doc(signer: bytes | None, limits: Limits) -> dict[str, Any]:
+    # What decides an outcome besides the files: a run under other limits or another signer
+    # reports other outcomes, so a resumed run must use the same.
+    return {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "signer": None if signer is None else signer.hex(),
+            "limits": {"memory": limits.memory, "ops": limits.ops, "work": limits.work}}
+
+
+def _header(signer: bytes | None, limits: Limits) -> bytes:
+    return (json.dumps(_header_doc(signer, limits), sort_keys=True) + "\n").encode()
+
+
+def _lock(fd: int, p: Path) -> None:
+    """One run writes a results file at a time: two resuming one file would interleave their lines."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError("conflict", f"--output {p}: another replay is writing it") from None
+    except OSError as e:
+        if e.errno != errno.ENOLCK:   # a file system without locks: as unlocked as before
+            os.close(fd)
+            raise files.write_failure(e, "--output", p) from None
 
 
 class ResultsFile:
@@ -106,17 +129,21 @@ class ResultsFile:
         self.done = done  # transactions already in the file
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], signer: bytes | None) -> ResultsFile:
+    def create(cls, path: str | os.PathLike[str], signer: bytes | None, limits: Limits = Limits()) -> ResultsFile:
         p = Path(path)
         try:
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
         except FileExistsError:
+            if os.path.islink(p):
+                raise IOFailure("not_regular", f"--output {p}: a symbolic link; a results file is appended "
+                                                     f"to, never through a link") from None
             raise UsageError("argument", f"--output {p}: the file exists; continue it with --resume, "
                                          f"or give a new name") from None
         except OSError as e:
             raise files.write_failure(e, "--output", p) from None
+        _lock(fd, p)
         out = cls(p, fd, 0)
-        out._write(_header(signer))
+        out._write(_header(signer, limits))
         return out
 
     def write(self, outcomes: list[Outcome]) -> None:
@@ -134,28 +161,63 @@ class ResultsFile:
         os.close(self.fd)
 
 
-def resume(path: str | os.PathLike[str], signer: bytes | None) -> tuple[ResultsFile, Iterator[Outcome]]:
+def _check_header(head: bytes, p: Path, signer: bytes | None, limits: Limits) -> None:
+    """A results file's first line, against this run's: what differs, named."""
+    if head == _header(signer, limits):
+        return
+    try:
+        doc = json.loads(head) if head.endswith(b"\n") else None
+    except ValueError:
+        doc = None
+    if type(doc) is not dict or doc.get("format") != RESULTS_FORMAT:
+        raise _bad(f"{p}: not a cvmvm replay results file (its first line is no {RESULTS_FORMAT} header)")
+    if doc.get("version") != RESULTS_VERSION:
+        raise _bad(f"{p}: a results file of version {errors.shown(doc.get('version'))}; this cvmvm continues "
+                   f"version {RESULTS_VERSION} (replay again to a new file)")
+    want = _header_doc(signer, limits)
+    if doc.get("signer") != want["signer"]:
+        raise UsageError("conflict", f"--resume {p}: the results were made with another --signer")
+    if doc.get("limits") != want["limits"]:
+        raise UsageError("conflict", f"--resume {p}: the results were made under other limits "
+                                     f"({errors.shown(doc.get('limits'))}); give the same --memory-limit, "
+                                     f"--work-limit and --ops-limit")
+    raise _bad(f"{p}: its header is not the one this cvmvm writes (line ends, spacing or keys differ)")
+
+
+def resume(path: str | os.PathLike[str], signer: bytes | None,
+           limits: Limits = Limits()) -> tuple[ResultsFile, Iterator[Outcome]]:
     """Open a results file to continue it: its outcomes so far (read lazily, in order) and the
-    file, positioned after its last whole line."""
+    file, positioned after its last whole line.  Only a last line may lack its newline (a write
+    stopped part way); a line longer than MAX_LINE anywhere else is not one of ours."""
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDWR | os.O_APPEND)
+        fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise IOFailure("not_regular", f"--output {p}: a symbolic link; a results file is appended "
+                                                 f"to, never through a link") from None
         raise files.read_failure(e, "--output (--resume)", p) from None
-    with os.fdopen(os.dup(fd), "rb") as f:
-        head = f.readline(MAX_LINE)
-        if head != _header(signer):
-            os.close(fd)
-            if head.startswith(b'{"format": "' + RESULTS_FORMAT.encode()):
-                raise UsageError("conflict", f"--resume {p}: the results were made with another --signer")
-            raise _bad(f"{p}: not a cvmvm replay results file")
-        count, end = 0, len(head)
-        while True:
-            line = f.readline(MAX_LINE)
-            if not line.endswith(b"\n"):
-                break
-            count += 1
-            end += len(line)
+    _lock(fd, p)
+    try:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            head = f.readline(MAX_LINE)
+            if not head and not f.read(1):
+                # Killed between the file's creation and its header's write: nothing was done.
+                os.write(fd, _header(signer, limits))
+                return ResultsFile(p, fd, 0), iter(())
+            _check_header(head, p, signer, limits)
+            count, end = 0, len(head)
+            while True:
+                line = f.readline(MAX_LINE)
+                if not line.endswith(b"\n"):
+                    if line and f.read(1):
+                        raise _bad(f"{p}: line {count + 2} is longer than {MAX_LINE} bytes: not a line cvmvm writes")
+                    break
+                count += 1
+                end += len(line)
+    except BaseException:
+        os.close(fd)
+        raise
     os.ftruncate(fd, end)  # drop a last line without its newline, if any
     return ResultsFile(p, fd, count), _previous(p, len(head), count)
 
@@ -164,7 +226,10 @@ def _previous(path: Path, start: int, count: int) -> Iterator[Outcome]:
     with open(path, "rb") as f:
         f.seek(start)
         for index in range(count):
-            o = outcome_from_line(f.readline(MAX_LINE))
+            try:
+                o = outcome_from_line(f.readline(MAX_LINE))
+            except MalformedError as e:
+                raise _bad(f"{path}: line {index + 2}: {e.message}") from None
             if o.index != index:
                 raise _bad(f"{path}: line {index + 2} is of transaction {o.index}, expected {index}")
             yield o

@@ -38,6 +38,7 @@ from cvmvm.tx.store import Store, checked_model
 
 CHUNK_BYTES = 1 << 25   # record bytes in one chunk, whatever the batch size
 READ_BUFFER = 1 << 20
+RESUMED_BURST = 4096    # outcomes read back from a results file, handed on at a time
 MAX_WORKERS = 1024      # worker processes one replay starts: far more than cores, far fewer than a C int
 
 
@@ -347,16 +348,25 @@ def _drive(records: Iterable[Record], ex: Local | Pool | Ray, opts: Options,
         except CvmError as e:
             faults.append(e)
 
+    resumed: list[Outcome] = []   # outcomes the results file holds, handed on in bursts as they are read
+
     for r in framed():
         if previous is not None:
             o = next(previous, None)
             if o is not None:
-                if o.index != r.index or o.tx != hashlib.sha256(r.body).digest():
-                    raise MalformedError("results", f"the results file's transaction {o.index} is not "
-                                                    f"transaction {r.index} of this transaction file")
-                waiting[r.index] = o
+                if (o.index, o.offset, o.tx) != (r.index, r.offset, hashlib.sha256(r.body).digest()):
+                    raise MalformedError("results", f"the results file's transaction {o.index} (at byte {o.offset}) "
+                                                    f"is not transaction {r.index} of this transaction file")
+                resumed.append(o)
+                next_out = r.index + 1
+                if len(resumed) >= RESUMED_BURST:
+                    yield resumed
+                    resumed = []
                 continue
             previous = None
+            if resumed:
+                yield resumed
+                resumed = []
         model = transactions.record_model(r.body)
         sent = False
         if model is None:
@@ -382,6 +392,8 @@ def _drive(records: Iterable[Record], ex: Local | Pool | Ray, opts: Options,
                 yield burst
     if previous is not None and next(previous, None) is not None:
         raise MalformedError("results", "the results file lists more transactions than the transaction file holds")
+    if resumed:
+        yield resumed
     for model in list(pending):
         send(model)
     while ex.inflight or waiting:

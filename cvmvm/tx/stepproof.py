@@ -24,7 +24,7 @@ import numpy as np
 
 from isa.errors import CvmError, InputError, MalformedError
 from isa.table import OP_BY_NAME
-from isa.types import TensorType
+from isa.types import DTYPES, TensorType, precision_bound
 from serializer.hashing import (audit_path, body_length, chunk_count, chunk_leaves, chunk_root, chunk_size, commitment_of,
                                 input_commitment, joins, lane_width, leaf_hash, positions, program_root, root_from_path,
                                 shared_path, tensor_body, tensor_commitment, tensor_from_body, trace_root, tree_levels)
@@ -186,8 +186,17 @@ def prove_against(model: Model, inputs: Mapping[str, np.ndarray], disputed: Sequ
     out = wrong.outputs[0]
     t = program.types[out]
     claimed = np.asarray(claimed)
-    if tuple(claimed.shape) != t.shape or claimed.dtype.kind not in "iu" \
-            or tensor_commitment(claimed, t) != disputed[out]:
+    if tuple(claimed.shape) != t.shape or claimed.dtype.kind not in "iu":
+        raise InputError("claimed", f"the claimed output is not tensor {out} of the disputed trace (an integer "
+                                    f"array of shape {t.shape} is)")
+    # A value outside the type would wrap into its lane and commit like another (300 like 44 in 1-byte
+    # lanes): the proof would then open an element whose committed bytes agree with the honest run.
+    low, high = ((-precision_bound(t.precision), precision_bound(t.precision)) if t.precision is not None
+                 else (int(np.iinfo(DTYPES[t.dtype]).min), int(np.iinfo(DTYPES[t.dtype]).max)))
+    if claimed.size and (int(claimed.min()) < low or int(claimed.max()) > high):
+        raise InputError("claimed", f"the claimed output holds values outside [{low}, {high}], its type's range")
+    claimed = claimed.astype(DTYPES[t.dtype])
+    if tensor_commitment(claimed, t) != disputed[out]:
         raise InputError("claimed", f"the claimed output is not tensor {out} of the disputed trace "
                                     f"(its commitment differs)")
     covered = wrong.op.name in elements.COVERED and len(wrong.outputs) == 1
