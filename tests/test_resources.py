@@ -286,6 +286,10 @@ CASES = [
                                                        pads=(1, 1, 1, 1), **MP), [8]),
     ("max_pool", lambda: [np.random.default_rng(1).standard_normal((2, 8, 64, 64)).astype(np.float32)],
      dict(kernel_shape=(2, 2), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), **MP), [None]),
+    # Defect: with an axis, the int32 indices were clipped into a copy that np.take converted to intp
+    # again: 12 bytes an index where the rule said 4.
+    ("take", lambda: [ints((1, 16)), (np.arange(1 << 22) % 16).astype(np.int32)], dict(axis=1), [8, 5]),
+    ("take", lambda: [ints((1, 16)), (np.arange(1 << 22) % 16).astype(np.int32)], {}, [8, 5]),
 ]
 
 
@@ -318,6 +322,42 @@ def test_a_run_allocates_no_more_than_memory_bytes(name, make, attrs, precisions
     assert kernel <= bound, (kernel, bound)
     # Not vacuous: the bound is within 4x of what the kernel really holds, slack aside.
     assert step.scratch - STEP_SCRATCH <= 4 * max(0, kernel - (bound - step.scratch)) + (1 << 20), (kernel, bound)
+
+
+def _sliced_repeats(op: str, chains: int) -> ModelIR:
+    """``chains`` times: one element repeated into a 64 MiB tensor, then a one-element slice of it."""
+    like = (Input("like", TensorType((1,), 8)),) if op == "slice_like" else ()
+    first = 1 + len(like)
+    instrs, outputs = [], []
+    for k in range(chains):
+        big, small = first + 2 * k, first + 2 * k + 1
+        instrs.append(Instr("repeat", parse_attrs(OP_BY_NAME["repeat"].attrs, dict(repeats=1 << 24, axis=0),
+                                                  fill_defaults=True), (0,), (big,)))
+        if op == "strided_slice":
+            attrs, ins = dict(begin=(0,), end=(1,)), (big,)
+        else:
+            attrs, ins = dict(axis=(0,)), (big, 1)
+        instrs.append(Instr(op, parse_attrs(OP_BY_NAME[op].attrs, attrs, fill_defaults=True), ins, (small,)))
+        outputs.append(small)
+    return ModelIR((Input("data", TensorType((1,), 8)), *like), (), tuple(instrs), tuple(outputs))
+
+
+@pytest.mark.parametrize("op", ["strided_slice", "slice_like"])
+def test_a_slice_holds_only_its_own_bytes(op):
+    # Defect: a contiguous slice was a view of its source, keeping four 64 MiB tensors alive where
+    # memory_bytes counted four 4-byte outputs (268 MB against 68 MB).
+    ir = _sliced_repeats(op, 4)
+    model = Model(verify(ir))
+    feeds = {"data": np.ones((1,), np.int32), **({"like": np.ones((1,), np.int32)} if op == "slice_like" else {})}
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        outputs = model.run(feeds).outputs
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak <= model.memory_bytes, (peak, model.memory_bytes)
+    assert all(o.base is None for o in outputs) and [o.tolist() for o in outputs] == [[1]] * 4
 
 
 RSS_SCRIPT = textwrap.dedent("""

@@ -160,6 +160,16 @@ def test_re_execution_is_held_to_the_run_limits():
     assert stepproof.check_step(proof, *roots(model, trace), Limits(memory=None, work=None)).correct
 
 
+def test_an_element_is_held_to_the_run_limits_before_its_footprint_is_built(monkeypatch):
+    # Defect: element proofs ignored the limits (one element of a sum over 2^20 values: 32 MB, 0.9 s).
+    model = mlp_model()
+    proof, trace = stepproof.prove_step(model, X, 1, element=0)
+    assert stepproof.check_step(proof, *roots(model, trace)).correct
+    monkeypatch.setattr(stepproof.elements, "footprint", lambda *a: pytest.fail("the footprint was built"))
+    assert code_of(stepproof.check_step, proof, *roots(model, trace), Limits(memory=1000)) == "limit.memory"
+    assert code_of(stepproof.check_step, proof, *roots(model, trace), Limits(work=10)) == "limit.work"
+
+
 def test_error_codes():
     model = mlp_model()
     proof, trace = stepproof.prove_step(model, X, 1, 1)

@@ -172,7 +172,7 @@ def _confirmer(t: TensorType, in_range: bool) -> Confirm:
         def confirm_exact(value: object) -> np.ndarray:
             if not isinstance(value, np.ndarray) or value.shape != shape or vm_dtype(value.dtype) != t.dtype:
                 raise wrong(value)
-            return np.ascontiguousarray(value, dtype=dtype)   # native byte order
+            return _own(np.ascontiguousarray(value, dtype=dtype))   # native byte order
         return confirm_exact
 
     precision = t.precision
@@ -192,13 +192,27 @@ def _confirmer(t: TensorType, in_range: bool) -> Confirm:
         if value.dtype == _INT32:
             if check_int32 is not None and check_int32(value):
                 raise _out_of_range(value, precision)
-            return np.ascontiguousarray(value)
+            return _own(np.ascontiguousarray(value))
         if value.dtype == _INT64 or vm_dtype(value.dtype) in (INT32, "int64"):   # either byte order
             if outside(value):
                 raise _out_of_range(value, precision)
             return np.ascontiguousarray(value, dtype=_INT32)
         raise wrong(value)
     return confirm
+
+
+def _own(value: np.ndarray) -> np.ndarray:
+    """A tensor that holds no more memory than its own bytes.  A kernel may return a view into a
+    larger array (a contiguous slice, one output of split): it would keep that array alive past its
+    last use, which memory_bytes does not count (4 one-element slices of 64 MiB tensors held 256 MiB)."""
+    base = value.base
+    if base is None:
+        return value
+    try:
+        held = base.nbytes if isinstance(base, np.ndarray) else memoryview(base).nbytes
+    except TypeError:   # a base of no buffer we can measure: assume the worst
+        return value.copy()
+    return value.copy() if held > value.nbytes else value
 
 
 def _out_of_range(value: np.ndarray, precision: int) -> InternalError:

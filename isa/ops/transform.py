@@ -439,16 +439,17 @@ def take_work(a: TakeAttrs, inputs: tuple[TensorType, ...], outputs: tuple[Tenso
 
 
 def take_scratch(a: TakeAttrs, inputs: tuple[TensorType, ...], outputs: tuple[TensorType, ...]) -> int:
-    """The clipped indices."""
-    return 4 * inputs[1].size
+    """The clipped indices, as numpy's index type (8 bytes on a 64-bit host)."""
+    return 8 * inputs[1].size
 
 
 def take_kernel(a: TakeAttrs, x: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Indices are clipped to [0, n-1], never wrapped (SEMANTICS.md section 5)."""
-    if a.axis is None:
-        flat = x.reshape(-1)
-        return (flat[np.clip(indices, 0, flat.size - 1)],)
-    return (np.take(x, np.clip(indices, 0, x.shape[a.axis] - 1), axis=a.axis),)
+    """Indices are clipped to [0, n-1], never wrapped (SEMANTICS.md section 5).  They are clipped in
+    numpy's index type, in place: indexing with int32 converts them to it again, a third copy."""
+    n = x.size if a.axis is None else x.shape[a.axis]
+    at = indices.astype(np.intp)
+    np.clip(at, 0, n - 1, out=at)
+    return (x.reshape(-1)[at],) if a.axis is None else (np.take(x, at, axis=a.axis),)
 
 
 TAKE = OpDef("take", TakeAttrs, fixed("data", "indices"), ("output",),
