@@ -143,6 +143,27 @@ def read_bytes(path: PathLike, what: str, limit: int = MAX_FILE_BYTES, *, follow
         return read_bounded(f, size, limit, what, path)
 
 
+def given_bytes(source: object, what: str, read: Callable[[str], bytes]) -> tuple[bytes, str]:
+    """The bytes of a file a Python caller gave: a bytes-like object is the file itself, a str or
+    os.PathLike names it (``read`` reads it); and how to name it in messages.  Anything else is
+    usage.argument: an int would be opened as a file descriptor, None or a list reach os.stat's
+    TypeError, a released memoryview its ValueError."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(source), what
+        except ValueError:   # a released memoryview
+            raise UsageError("argument", f"{what}: a released memoryview") from None
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            path = os.fspath(source)
+        except TypeError:    # a __fspath__ that returns neither str nor bytes
+            path = None
+        if isinstance(path, str):
+            return read(path), path
+    raise UsageError("argument", f"{what}: expected a path (a str or os.PathLike) or the file's bytes, "
+                                 f"got {type(source).__name__}")
+
+
 HEAD_BYTES = 64   # enough to tell any kind of file cvmvm reads from the bytes it begins with
 
 

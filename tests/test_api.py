@@ -414,3 +414,12 @@ def test_clipping_reports_the_uint64_values_given(digits):
     given.flat[0] = 2 ** 64 - 1
     (clipping,) = digits.run({"data": given}).clipping
     assert (clipping.low, clipping.high) == (2 ** 63, 2 ** 64 - 1)
+
+
+def test_a_released_memoryview_is_a_usage_error():
+    # load read a released view through bytes(), whose ValueError reached the caller.
+    view = memoryview(b"\x81")
+    view.release()
+    with pytest.raises(CvmError) as e:
+        cvmvm.load(view)
+    assert e.value.code == "usage.argument"

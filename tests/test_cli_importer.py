@@ -86,17 +86,23 @@ def test_import_errors_are_one_line_and_write_nothing(capsys, tmp_path, model, e
     assert not out.exists() and os.listdir(tmp_path) == []
 
 
-def test_unsupported_op_exit_code(capsys, tmp_path):
+def import_one_node(capsys, tmp_path, node, y_shape, initializers=()) -> tuple[int, str]:
+    """``cvmvm import-onnx`` of a one-node graph over x (float, 1x4) calibrated on ones: its exit
+    code and stderr."""
     from onnx import TensorProto, helper
-    graph = helper.make_graph([helper.make_node("Tanh", ["x"], ["y"], name="squash")], "t",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    graph = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], list(initializers))
     (tmp_path / "m.onnx").write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
                                       .SerializeToString())
     np.save(tmp_path / "c.npy", np.ones((2, 4), dtype=np.float32))
     code = main(["import-onnx", str(tmp_path / "m.onnx"), "--calibrate", str(tmp_path / "c.npy"),
                  "-o", str(tmp_path / "m.cvm")])
-    err = capsys.readouterr().err
+    return code, capsys.readouterr().err
+
+
+def test_unsupported_op_exit_code(capsys, tmp_path):
+    from onnx import helper
+    code, err = import_one_node(capsys, tmp_path, helper.make_node("Tanh", ["x"], ["y"], name="squash"), [1, 4])
     assert code == EXIT_CODES["invalid"] and "invalid.onnx_op" in err and "'squash'" in err
     assert not (tmp_path / "m.cvm").exists()
 
@@ -107,17 +113,9 @@ def test_unsupported_op_exit_code(capsys, tmp_path):
 ])
 def test_an_empty_or_complex_initializer_is_not_an_internal_bug(capsys, tmp_path, weight, code):
     # The empty one exited 7 (internal.bug: numpy's ValueError); the complex one imported its real part.
-    from onnx import TensorProto, helper, numpy_helper
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "t",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])],
-                              [numpy_helper.from_array(weight, "w")])
-    (tmp_path / "m.onnx").write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-                                      .SerializeToString())
-    np.save(tmp_path / "c.npy", np.ones((2, 4), dtype=np.float32))
-    status = main(["import-onnx", str(tmp_path / "m.onnx"), "--calibrate", str(tmp_path / "c.npy"),
-                   "-o", str(tmp_path / "m.cvm")])
-    err = capsys.readouterr().err
+    from onnx import helper, numpy_helper
+    status, err = import_one_node(capsys, tmp_path, helper.make_node("MatMul", ["x", "w"], ["y"]), [1, None],
+                                  [numpy_helper.from_array(weight, "w")])
     assert status == EXIT_CODES["invalid"] and code in err
     assert not (tmp_path / "m.cvm").exists()
 

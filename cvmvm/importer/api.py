@@ -56,7 +56,8 @@ def import_onnx(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     """
     started = time.perf_counter()
     _check_arguments(batch, input_shapes, options, progress)
-    data = _source_bytes(source)
+    data, _ = files.given_bytes(source, "ONNX model",
+                                lambda path: files.read_bytes(path, "ONNX model", g.MAX_ONNX_BYTES))
     full = g.parse(data)
     graph, tail = g.drop_tail(full)
     if not graph.outputs:
@@ -86,28 +87,6 @@ def import_onnx(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     imported = time.perf_counter() - started
     report = rep.evaluate(graph, tail, lowering, model, samples, eval_data, eval_labels, chunk, progress)
     return ImportResult(model, replace(report, import_seconds=imported, source_nodes=len(full.nodes)))
-
-
-def _source_bytes(source: object) -> bytes:
-    """The ONNX bytes: a bytes-like object is the model itself, a str or os.PathLike names its file."""
-    if isinstance(source, (bytes, bytearray)):
-        return bytes(source)
-    if isinstance(source, memoryview):
-        try:
-            return source.tobytes()
-        except ValueError:   # a released view
-            raise UsageError("argument", "source is a released memoryview") from None
-    if not isinstance(source, (str, os.PathLike)):
-        # An int would be opened as a file descriptor, a list or None reach os.stat's TypeError.
-        raise UsageError("argument", f"source of type {type(source).__name__}; give a path (str or os.PathLike) "
-                                     f"or the model's bytes")
-    try:
-        path = os.fspath(source)
-    except TypeError:   # a __fspath__ that returns neither str nor bytes
-        path = None
-    if not isinstance(path, str) or "\0" in path:
-        raise UsageError("argument", f"source {shown(source)} is not a path: a str without NUL characters")
-    return files.read_bytes(path, "ONNX model", g.MAX_ONNX_BYTES)
 
 
 def _check_arguments(batch: object, input_shapes: object, options: object, progress: object) -> None:

@@ -201,7 +201,7 @@ def resume(path: str | os.PathLike[str], signer: bytes | None,
     try:
         with os.fdopen(os.dup(fd), "rb") as f:
             head = f.readline(MAX_LINE)
-            if not head and not f.read(1):
+            if not head:
                 # Killed between the file's creation and its header's write: nothing was done.
                 os.write(fd, _header(signer, limits))
                 return ResultsFile(p, fd, 0), iter(())

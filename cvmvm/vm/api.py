@@ -24,8 +24,8 @@ from cvmvm import files
 from cvmvm.vm.batching import Batch
 from cvmvm.vm.execute import Clipping, TensorObserver, compile_native, execute, peak_bytes, prepare_inputs
 from cvmvm.vm.trace import Trace, Tracer, make_trace, program_layout, tensor_name
-from cvmvm.vm.verify import (DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, kept_memory, verify,
-                              verify_instruction)
+from cvmvm.vm.verify import (DEFAULT_MEMORY_LIMIT, DEFAULT_WORK_LIMIT, Limits, Program, check_limit, kept_memory,
+                              verify, verify_instruction)
 
 # A file: its path, or its bytes.
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
@@ -257,13 +257,9 @@ def model_limit(head: bytes) -> tuple[int, str]:
 
 def _read(source: object, what: str) -> tuple[bytes, str]:
     """A file's bytes, from its path or given directly, and how to name it in messages."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return bytes(source), what
-    if isinstance(source, (str, os.PathLike)):
-        if what == "params":
-            return files.read_bytes(source, what, MAX_PARAMS_BYTES), os.fspath(source)
-        return files.read_by_head(source, what, model_limit), os.fspath(source)
-    raise UsageError("argument", f"{what}: expected a path or bytes, got {type(source).__name__}")
+    if what == "params":
+        return files.given_bytes(source, what, lambda path: files.read_bytes(path, what, MAX_PARAMS_BYTES))
+    return files.given_bytes(source, what, lambda path: files.read_by_head(path, what, model_limit))
 
 
 def _nesting(value: object) -> int:
@@ -291,8 +287,7 @@ def _check_flags(**flags: object) -> None:
 
 def _limits(ops_limit: object, memory_limit: object, work_limit: object) -> Limits:
     for name, value in (("ops_limit", ops_limit), ("memory_limit", memory_limit), ("work_limit", work_limit)):
-        if value is not None and (type(value) is not int or value < 1):
-            raise UsageError("argument", f"{name}: expected a positive integer or None, got {value!r}")
+        check_limit(name, value)   # named as the caller passed it, before Limits checks it as its field
     return Limits(ops_limit, memory_limit, work_limit)  # type: ignore[arg-type]
 
 

@@ -70,10 +70,13 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name in ("ops", "memory", "work"):
-            value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 1):
-                raise UsageError("argument", f"Limits.{name}: expected a positive integer or None, "
-                                             f"got {shown(value)}")
+            check_limit(f"Limits.{name}", getattr(self, name))
+
+
+def check_limit(name: str, value: object) -> None:
+    """A limit is a positive int (not a bool) or None."""
+    if value is not None and (type(value) is not int or value < 1):
+        raise UsageError("argument", f"{name}: expected a positive integer or None, got {shown(value)}")
 
 
 # What a model verified but not run here is held to (cvmvm hash, convert, disasm, store add, the
