@@ -343,6 +343,163 @@ def test_a_forked_child_starts_its_own():
     assert hashworker._worker is not None
 
 
+class InterruptedFlush:
+    """The worker's request pipe, whose next flush raises KeyboardInterrupt once the bytes are
+    written: a Ctrl-C that arrived during the system call, acted on at the next bytecode."""
+
+    def __init__(self, pipe) -> None:
+        self.pipe, self.armed = pipe, True
+
+    def write(self, data: bytes) -> int:
+        return self.pipe.write(data)
+
+    def flush(self) -> None:
+        self.pipe.flush()
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+    def close(self) -> None:
+        self.pipe.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.pipe.closed
+
+    def fileno(self) -> int:
+        return self.pipe.fileno()
+
+
+def test_an_interrupted_send_never_gives_a_block_another_bodys_root():
+    """Interrupted after its request went out and before its blocks were recorded: the process
+    still answers that request, so the next body's block would take the first body's root (it
+    did).  The worker is given up instead, and every root is hashed here."""
+    worker = hashworker.HashWorker(1 << 22)
+    assert worker.wait_ready(30)
+    first, second = bytes([1]) * (1 << 16), bytes([2]) * (1 << 16)
+    worker._stdin = InterruptedFlush(worker._stdin)
+    with pytest.raises(KeyboardInterrupt):
+        put_bytes(worker, first)
+    time.sleep(0.2)   # the process answers the lost request meanwhile
+    blocks = put_bytes(worker, second)
+    assert blocks is None or worker.roots(blocks) == [root_of(second)]
+    more = os.urandom(30000)
+    blocks = put_bytes(worker, more)
+    assert blocks is None or worker.roots(blocks) == [root_of(more)]
+    assert until(worker, lambda: worker.broken) and worker.abandoned
+    assert worker._proc.wait(10) is not None
+    worker.close()
+
+
+def test_answers_read_and_lost_to_an_interrupt_give_the_worker_up(monkeypatch):
+    """Interrupted between reading answers and taking them: those answers are gone, and the next
+    ones would be matched to the wrong blocks.  The next read gives the worker up."""
+    worker = hashworker.HashWorker(1 << 22)
+    assert worker.wait_ready(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    data = [os.urandom(20000) for _ in range(3)]
+    blocks = [put_bytes(worker, d)[0] for d in data]
+    os.kill(worker._proc.pid, signal.SIGCONT)
+    time.sleep(0.2)
+
+    def lost(answers: bytes) -> None:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(worker, "_take", lost)
+    with pytest.raises(KeyboardInterrupt):
+        until(worker, lambda: blocks[0].done, 5)
+    monkeypatch.undo()
+    assert until(worker, lambda: worker.broken) and worker.abandoned
+    assert worker.roots(blocks) == [root_of(d) for d in data]
+    worker.close()
+
+
+def test_a_block_whose_hashing_here_was_interrupted_is_hashed_again(monkeypatch):
+    """Claimed and interrupted while this process hashed it: it stays claimed and not done, and
+    the next body that needs its ring space waited for it for ever.  Now whoever needs it hashes
+    it."""
+    worker = hashworker.HashWorker(1 << 20)
+    assert worker.wait_ready(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)     # a slow process: the run hashes inline
+    data = os.urandom(1 << 19)
+    blocks = put_bytes(worker, data)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sha, "block_root", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        worker.roots(blocks)
+    monkeypatch.undo()
+    assert blocks[0].claimed and not blocks[0].done
+    os.kill(worker._proc.pid, signal.SIGCONT)
+    with ThreadPoolExecutor(1) as pool:   # the bodies that need its space, bounded in time
+        later = [os.urandom(1 << 19), os.urandom(1 << 19)]
+        got = pool.submit(lambda: [worker.roots(put_bytes(worker, d)) for d in later]).result(timeout=60)
+    assert got == [[root_of(d)] for d in later]
+    assert worker.root(blocks[0]) == root_of(data)
+    worker.close()
+
+
+def test_after_an_interruption_a_new_worker_is_started(monkeypatch):
+    """An abandoned worker is not a failed one: the next traced run starts a new process, ready
+    for the runs after it, instead of hashing inline for the rest of the process's life."""
+    abandoned = hashworker.HashWorker(1 << 20)
+    assert abandoned.wait_ready(30)
+    with abandoned._lock:
+        abandoned._abandon()
+    monkeypatch.setattr(hashworker, "_worker", abandoned)
+    monkeypatch.setattr(hashworker, "_asked", 2)
+    assert hashworker.worker() is None
+    fresh = hashworker._worker
+    assert fresh is not None and fresh is not abandoned and fresh.wait_ready(30)
+    assert hashworker.worker() is fresh
+    want = traced("perf")
+    assert traced("perf") == want and fresh._sent > 0
+    fresh.close()
+
+
+def test_a_run_interrupted_midway_leaves_the_next_runs_right(monkeypatch):
+    want = traced("perf")
+    worker = hashworker.HashWorker()
+    monkeypatch.setattr(hashworker, "_worker", worker)
+    assert worker.wait_ready(30)
+    from cvmvm.vm import trace as tracing
+    real_call = tracing.Tracer.__call__
+
+    def interrupt(self, tensor, value):
+        real_call(self, tensor, value)
+        if tensor == 80:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(tracing.Tracer, "__call__", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        traced("perf")
+    monkeypatch.setattr(tracing.Tracer, "__call__", real_call)
+    assert [traced("perf") for _ in range(3)] == [want] * 3
+    hashworker._worker.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
+def test_a_forked_child_lets_its_parents_pipes_go():
+    """The child's copies of the request pipe kept the process waiting for input after the
+    parent closed its own (its exit took 5 s longer, then killed it), and the child's exit ran the
+    parent's close.  Now they point at /dev/null, and the parent's worker goes on."""
+    parent = hashworker.start()
+    assert parent is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        parent.close()   # what the inherited atexit list runs at the child's exit
+        fds = (parent._stdin.fileno(), parent._answers)
+        os.write(write, b"1" if all(os.readlink(f"/proc/self/fd/{fd}") == os.devnull for fd in fds) else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.close(write)
+    data = os.urandom(300000)
+    assert parent._proc.poll() is None and parent.roots(put_bytes(parent, data)) == [root_of(data)]
+    assert not parent.broken
+
+
 def test_the_process_runs_at_a_lower_priority(small_ring):
     """Where it shares a core with a BLAS thread, the GEMM's half there goes first (hashchild.NICE)."""
     if not hasattr(os, "nice"):

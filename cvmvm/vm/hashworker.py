@@ -34,6 +34,13 @@ with it, 44.8-45.2 without, alternating on 2026-11-29).
 The buffer is a ring of RING_BYTES, reused in request order; a body that does
 not fit is hashed inline.
 
+Answers are matched to blocks by their order alone, so an exception raised between two bytecodes
+(Ctrl-C in a notebook, a node's timeout by ``signal.alarm``) must never leave a request sent and
+not recorded, or answers read and not taken: every later block would get another's root.  Sending
+and reading each mark the worker dirty while they run; a worker found dirty by the next caller is
+abandoned (the process killed, its blocks hashed by the executor) and a new one started.  Where the
+exception lands does not matter, so no handler has to run for this to hold.
+
 One worker per process, started on the second traced run that has a large
 tensor (a single ``cvmvm run --trace`` never pays for it) and used once it has
 said it is ready; a forked child starts its own.  With numba, the executor writes channel-last
@@ -87,7 +94,10 @@ _ROOT = Path(__file__).resolve().parent.parent.parent   # holds the serializer p
 class Block:
     """One block in flight: its bytes in the ring, and its root once the process sent it or this
     process hashed it (``claimed``: whatever the process sends for it is ignored).  ``done``: its
-    ring bytes are free (its root is known, or the process is gone and this one hashes them)."""
+    ring bytes are free (its root is known, or the process is gone and this one hashes them).
+    Two threads may hash one claimed block at once: its bytes cannot be written over before it is
+    done, and the first root stored is the one kept, so a thread that read bytes written over after
+    that returns the root stored, not its own."""
 
     __slots__ = ("offset", "length", "chunk", "slot", "root", "done", "claimed")
 
@@ -109,14 +119,16 @@ class HashWorker:
         self.warm_bytes = min(warm_bytes, ring_bytes)
         self.answer_seconds = answer_seconds
         self._lock = threading.Lock()        # the ring, the request order and the blocks' states
-        self._hashed = threading.Condition(self._lock)   # a claimed block's root was computed here
         self._read_lock = threading.Lock()   # one thread reads the answers at a time
+        self._sending = False                # requests being sent and recorded (the lock held)
+        self._reading = False                # answers being read and taken (the read lock held)
         self._inflight: deque[Block] = deque()     # holding ring bytes, in request order
         self._unanswered: deque[Block] = deque()   # sent, awaiting their roots, in request order
         self._put_lock = threading.Lock()          # one body at a time: reserve, write, send
         self._started = False                      # the process said it is ready
         self._partial = b""                        # an answer read in part
         self.broken = False
+        self.abandoned = False                     # given up after an interrupted send or read
         self.answered = 0                          # blocks whose roots the process sent
         self.compiled = False                      # it hashes through serializer.sha's compiled hasher
         self._sent = 0                             # blocks sent so far (their claim slots go round)
@@ -129,6 +141,7 @@ class HashWorker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(self._file.fileno(),))
         self._stdin: IO[bytes] = self._proc.stdin  # type: ignore[assignment]
         self._answers = self._proc.stdout.fileno()  # type: ignore[union-attr]   # read unbuffered
+        self._owner = os.getpid()
 
     @property
     def pid(self) -> int:
@@ -170,8 +183,14 @@ class HashWorker:
 
     def _read(self, seconds: float) -> None:
         """Take the answers that arrive within ``seconds`` (the read lock held)."""
+        if self._reading:   # an earlier read was interrupted: answers may have been read and lost
+            with self._lock:
+                self._abandon()
+            return
+        self._reading = True
         if select.select([self._answers], [], [], seconds)[0]:
             self._take(os.read(self._answers, _READ_BYTES))
+        self._reading = False
 
     def _take(self, data: bytes) -> None:
         """Answers read from the process (the read lock held); none at all: it is gone."""
@@ -187,6 +206,9 @@ class HashWorker:
         whole = len(data) - len(data) % _ANSWER
         self._partial = data[whole:]
         with self._lock:
+            if self._sending:   # a send was interrupted: answers to requests never recorded may come
+                self._abandon()
+                return
             for at in range(0, whole, _ANSWER):
                 if not self._unanswered:   # more answers than requests
                     break
@@ -218,7 +240,13 @@ class HashWorker:
         self.broken = True
         for block in self._unanswered:
             block.done = True
-        self._hashed.notify_all()
+
+    def _abandon(self) -> None:
+        """A send or a read was interrupted, so answers can no longer be matched to blocks: the
+        process is killed and given up (the lock held)."""
+        self.abandoned = True
+        self._proc.kill()
+        self._give_up()
 
     def _reserve(self, length: int) -> int | None:
         """An offset where ``length`` bytes may be written, or None when the ring cannot hold them.
@@ -278,7 +306,10 @@ class HashWorker:
                 self._claims[blocks[-1].slot] = 0
                 self._sent += 1
             with self._lock:
+                if self._sending:
+                    self._abandon()
                 if not self.broken:
+                    self._sending = True
                     try:
                         self._stdin.write(b"".join(_REQUEST.pack(b.offset, b.length, chunk, b.slot) for b in blocks))
                         self._stdin.flush()
@@ -290,6 +321,7 @@ class HashWorker:
                 else:
                     self._inflight.extend(blocks)
                     self._unanswered.extend(blocks)
+                    self._sending = False
             return blocks
 
     def roots(self, blocks: list[Block]) -> list[bytes]:
@@ -303,27 +335,38 @@ class HashWorker:
         if not block.done:
             self._poll()
         with self._lock:
-            # Claimed by another thread (a run, or a full ring): only the claimer reads its bytes, which
-            # may be written over once it is done.
-            while block.claimed and not block.done:
-                self._hashed.wait()
             if not block.done:
                 block.claimed = True
                 self._claims[block.slot] = 1
         if block.root is None:
+            # No waiting for another claimer: one interrupted while hashing would never finish.
             root = sha.block_root(sha.compiled_hasher(), self.array[block.offset:block.offset + block.length], block.chunk)
             with self._lock:
-                block.root = root
+                if block.root is None:
+                    block.root = root
                 block.done = True   # its bytes may be written over now
-                self._hashed.notify_all()
         return block.root
 
     def close(self) -> None:
+        if os.getpid() != self._owner:   # a forked child's copy (its atexit list is its parent's)
+            return
         try:
             self._stdin.close()
             self._proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             self._proc.kill()
+
+    def disown(self) -> None:
+        """In a forked child: let go of the parent's pipes and buffer.  Each descriptor is pointed
+        at /dev/null rather than closed, so that the file objects' own closing, whenever it comes,
+        can neither flush into the parent's pipe nor close a descriptor the child reused; the
+        process then sees the end of its input when the parent closes it."""
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            for fd in ([] if self._stdin.closed else [self._stdin.fileno()]) + [self._answers, self._file.fileno()]:
+                os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
 
 
 def _shared_file(size: int) -> IO[bytes]:
@@ -354,7 +397,14 @@ def worker() -> HashWorker | None:
             # Exited since: a run that claimed what the process left reads no answer, so without this
             # the next run would learn it only when its first request failed, its bodies copied in vain.
             w._fail()
-        return None if w.broken else w
+        if not w.abandoned:
+            return None if w.broken else w
+        # Given up after an interruption, not for failing: a new one, ready for the runs after this.
+        with _state_lock:
+            if _worker is w:
+                atexit.unregister(w.close)
+                w.close()
+                _worker = None
     with _state_lock:
         _asked += 1
         if _worker is None and _asked >= 2 and not _failed:
@@ -392,8 +442,11 @@ def _compile() -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child shares its parent's pipes: it starts a worker of its own if it needs one."""
+    """A forked child shares its parent's pipes: it lets them go, so that the parent's process still
+    ends when the parent is done with it, and starts a worker of its own if it needs one."""
     global _worker, _asked
+    if _worker is not None:
+        _worker.disown()
     _worker, _asked = None, 0
 
 
