@@ -135,6 +135,32 @@ def test_an_interrupt_is_one_line(capsys, monkeypatch, demo_files):
     assert capsys.readouterr().err == "cvmvm: interrupted\n"
 
 
+def test_sigterm_is_one_line_and_exit_143(capsys, monkeypatch, demo_files):
+    """kill, timeout, systemd and docker stop send SIGTERM: it unwinds as Ctrl-C does (temporary
+    files removed, pools ended), with its own line and code; the handler is the default again after."""
+    def terminated(argv):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)   # the handler raises at the next bytecode, long before this ends
+        raise AssertionError("SIGTERM was not handled")
+    monkeypatch.setattr(cli_main, "_run", terminated)
+    assert main(["verify", str(demo_files / "digits.cvm")]) == 143
+    assert capsys.readouterr().err == "cvmvm: terminated\n"
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_a_host_programs_sigterm_handler_is_left_alone(capsys, monkeypatch, demo_files):
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        assert main(["verify", str(demo_files / "digits.cvm")]) == 0
+        assert signal.getsignal(signal.SIGTERM) is not cli_main._terminate
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_ctrl_c_while_a_command_waits_prints_no_traceback(demo_files, tmp_path):
     """The command blocks waiting for its output directory's lock (cvmvm.files: a fifo as input is
     refused, never read); SIGINT then ends it with one line and leaves no temporary file."""

@@ -304,6 +304,31 @@ def test_ctrl_c_prints_no_traceback_and_leaves_no_worker(demo, tmp_path, workers
     assert out.read_bytes().endswith(b"\n")
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_driver_ended_alone_leaves_no_worker(demo, tmp_path, sig):
+    """The signal reaches the driver only (kill PID, timeout, systemd, the OOM killer), not its job:
+    workers held the pool's queue open themselves, and waited for work for ever with the forkserver
+    and the resource tracker beside them.  SIGTERM is one line and exit 143, as Ctrl-C is 130."""
+    big = repeated(demo, tmp_path / "big", 20)
+    out = tmp_path / "r.jsonl"
+    proc = _started(big, out, 100, "--batch", "8", "--workers", "2")
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143 and err.strip().splitlines() == ["cvmvm: terminated"], err
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 20
+    while _session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _session_processes(proc.pid)
+    for pid in left:   # not to outlive a failing test
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    resumed = _cli(*_replay(big, "--output", str(out), "--resume", "--json"))
+    assert resumed.returncode == _cli(*_replay(big, "--json")).returncode
+
+
 def test_a_killed_worker_ends_the_replay_with_internal_worker_and_resume_completes(demo, tmp_path):
     """A worker lost mid-run (the OOM killer, kill -9) is a defined outcome, never a hang."""
     big = repeated(demo, tmp_path / "big", 10)

@@ -5,7 +5,8 @@ with its error family's code (``common.EXIT_CODES``); ``--json`` prints one
 JSON object on stdout instead of text, failures included.  A mistake on the
 command line is a ``usage.*`` error like any other (exit 2, one line), not
 argparse's usage dump; Ctrl-C at any moment after start-up ends the command
-with one line and exit 130.  The commands themselves live in one module per
+with one line and exit 130, and SIGTERM with one line and exit 143, each
+through the same unwinding (nothing half-written is left).  The commands themselves live in one module per
 group (``model``, ``tx``, ``show``, ``importer``); this module only assembles them.
 """
 
@@ -14,13 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from typing import Any, Callable, NoReturn, Sequence
 
 from isa.errors import CvmError, LimitError, UsageError
 from cvmvm import versions
 from cvmvm.cli import importer, model, show, tx
-from cvmvm.cli.common import EXIT_BROKEN_PIPE, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, Reply
+from cvmvm.cli.common import EXIT_BROKEN_PIPE, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, Reply
 
 
 class Parser(argparse.ArgumentParser):
@@ -117,7 +120,28 @@ def _fail(code: str, message: str, as_json: bool) -> None:
     print(f"cvmvm: error {code}: {message}", file=sys.stderr)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Python next runs, like Ctrl-C: whatever cleans up after Ctrl-C
+    (temporary files, worker pools, a Ray started for a replay) cleans up after it too."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # Left alone where a host program set its own, or from a thread (only the main one may set it).
+    mine = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and threading.current_thread() is threading.main_thread()
+    if mine:
+        signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv)
+    finally:
+        if mine:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args  # until the command line parses
     # Names may hold any Unicode; a terminal that cannot show a character gets an escape, not a traceback.
@@ -143,6 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if info is not None:  # None: the command printed its own output as it went (replay)
             _print(out)
         return code
+    except Terminated:
+        print("cvmvm: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("cvmvm: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

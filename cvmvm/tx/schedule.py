@@ -20,7 +20,10 @@ import logging
 import multiprocessing
 import os
 import queue
+import select
 import signal
+import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -89,10 +92,33 @@ class Local:
 _worker: Replayer | None = None
 
 
-def _worker_init(store_root: str, batch_size: int, signer: bytes | None, limits: Limits, compile: bool) -> None:
+def _worker_init(driver: int, store_root: str, batch_size: int, signer: bytes | None, limits: Limits,
+                 compile: bool) -> None:
     global _worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it ends the pool
+    threading.Thread(target=_end_with, args=(driver,), daemon=True, name="cvmvm-driver-watch").start()
     _worker = Replayer(functools.partial(Store(store_root).get, limits=limits), batch_size, signer, compile)
+
+
+def _end_with(driver: int) -> None:
+    """Ends this worker when the driver is gone (kill -9, the OOM killer, SIGTERM).  The pool cannot
+    tell it: each worker holds both ends of the pool's queue itself, so it never reads an end of
+    input, and workers of a killed driver waited for work for ever."""
+    try:
+        gone = os.pidfd_open(driver)   # Linux 5.3 and later: readable once the process has exited
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):
+        while True:   # elsewhere: asked once a second
+            time.sleep(1.0)
+            try:
+                os.kill(driver, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except OSError:
+                pass
+    select.select([gone], [], [])
+    os._exit(1)
 
 
 def _worker_chunk(model: bytes, items: list[Item]) -> list[tuple[Any, ...]]:
@@ -116,7 +142,7 @@ class Pool:
             context.set_forkserver_preload(["cvmvm.tx.schedule"])
         self.parallel = opts.workers
         self.pool = ProcessPoolExecutor(opts.workers, mp_context=context, initializer=_worker_init,
-                                        initargs=(str(store.root), opts.batch_size, opts.signer, opts.limits,
+                                        initargs=(os.getpid(), str(store.root), opts.batch_size, opts.signer, opts.limits,
                                                   opts.compile))
         self.results: queue.SimpleQueue[Future[list[tuple[Any, ...]]]] = queue.SimpleQueue()
         self.inflight = 0
@@ -186,6 +212,7 @@ class Ray:
         self.ray = ray
         self.started = not ray.is_initialized()
         if self.started:
+            terminate = signal.getsignal(signal.SIGTERM)
             try:
                 # Never an unnamed cluster that merely runs on this machine: the one asked for, else a new one.
                 ray.init(address=opts.ray or os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
@@ -193,6 +220,11 @@ class Ray:
             except BaseException:
                 ray.shutdown()
                 raise
+            # ray.init sets SIGTERM handlers of its own (sys.exit(15), or a teardown and exit 1): a handler
+            # the host had set (the command line's, which ends a replay as Ctrl-C does, shutting this
+            # Ray down) is put back.
+            if callable(terminate) and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, terminate)
         self.parallel = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.store = store
         self.opts = opts
