@@ -88,6 +88,24 @@ def test_a_worker_without_cvmvm_fails_at_once_with_one_error(demo, cluster, tmp_
         ray.shutdown()
 
 
+def test_rays_error_messages_go_to_stderr_not_into_the_report(demo, cluster, capsys):
+    """Ray's driver printed "A worker died or was killed ..." (the task then retried) on stdout,
+    inside `replay --json`'s report.  While a replay's own Ray runs, they reach stderr."""
+    from ray._private import worker as ray_worker
+    c, _ = cluster
+    original = ray_worker.print_to_stdstream
+    executor = schedule.Ray(Store(demo / "store"), schedule.Options(batch_size=64, ray=c.address))
+    try:
+        assert executor.started
+        ray_worker.print_to_stdstream({"lines": ["A worker died or was killed"], "pid": "raylet", "is_err": False},
+                                      ignore_prefix=False)
+        out, err = capsys.readouterr()
+        assert "A worker died" not in out and "A worker died" in err
+    finally:
+        executor.close()
+    assert ray_worker.print_to_stdstream is original
+
+
 def test_a_cluster_gives_the_in_process_outcomes_even_when_a_node_dies(demo, cluster):
     """Last on the cluster: it leaves one worker node."""
     c, workers = cluster

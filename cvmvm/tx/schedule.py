@@ -210,6 +210,7 @@ class Ray:
         except ImportError:
             raise ray_missing() from None
         self.ray = ray
+        self._printer: tuple[Any, Any] | None = None
         self.started = not ray.is_initialized()
         if self.started:
             terminate = signal.getsignal(signal.SIGTERM)
@@ -225,6 +226,7 @@ class Ray:
             # Ray down) is put back.
             if callable(terminate) and threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, terminate)
+            self._errors_to_stderr()
         self.parallel = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.store = store
         self.opts = opts
@@ -272,9 +274,29 @@ class Ray:
                                         f"cvmvm on every node of the cluster") from None
             raise InternalError("ray", f"a Ray task failed: {text}") from None
 
+    def _errors_to_stderr(self) -> None:
+        """Ray's driver prints the cluster's error messages ("A worker died or was killed ...",
+        after which Ray retries the task) on stdout, from a thread of its own, log_to_driver or not:
+        in the middle of the replay's report, where `--json` then did not parse.  They go to stderr,
+        for the Ray this replay started (until it shuts down), through the one function that thread
+        prints with (Ray 2.x); where a Ray has no such function, nothing is changed."""
+        module = getattr(getattr(self.ray, "_private", None), "worker", None)
+        printer = getattr(module, "print_to_stdstream", None)
+        if printer is None:
+            return
+
+        def to_stderr(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            return printer(dict(data, is_err=True), *args, **kwargs)
+        module.print_to_stdstream = to_stderr
+        self._printer = (module, printer)
+
     def close(self) -> None:
         if self.started:
             self.ray.shutdown()
+            if self._printer is not None:
+                module, printer = self._printer
+                module.print_to_stdstream = printer
+                self._printer = None
 
     def abort(self) -> None:
         # No ray.cancel: cancelling a task as it completes failed a check inside Ray 2.60's driver,
