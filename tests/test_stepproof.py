@@ -206,6 +206,10 @@ def test_error_codes():
                    program_root) == "input.not_included"
     assert code_of(check, dataclasses.replace(proof, operands=proof.operands[:2]), trace_root,
                    program_root) == "malformed.step_proof"
+    # Built by hand without its result (the decoder refuses such bytes): was a bare ValueError.
+    assert code_of(check, dataclasses.replace(proof, results=()), trace_root, program_root) == "malformed.step_proof"
+    assert code_of(check, dataclasses.replace(proof, results=proof.results * 2), trace_root,
+                   program_root) == "malformed.step_proof"
     whole, _ = stepproof.prove_step(model, X, 1)
     data = whole.operands[0]
     assert code_of(check, dataclasses.replace(whole, operands=(dataclasses.replace(data, data=data.data + b"\0"),
@@ -430,6 +434,17 @@ def test_every_instruction_of_the_perf_model_proves():
     for step in (0, 50, 102):
         proof = stepproof.make_proof(model.program, trace, kept, step)
         assert stepproof.check_step(proof, *roots(model, trace)).correct, step
+
+
+def test_a_disputed_trace_of_other_params_is_not_of_this_model():
+    """No instruction outputs a param, so a disputed trace whose first difference is a param's
+    commitment has no wrong instruction: it was a bare StopIteration."""
+    model = mlp_model()
+    values = committed_run(model, X)
+    disputed = [tensor_commitment(v, model.program.types[t]) for t, v in enumerate(values)]
+    disputed[len(model.program.model.inputs)] = bytes(32)
+    claimed = values[model.program.steps[0].outputs[0]]
+    assert code_of(stepproof.prove_against, model, X, disputed, claimed) == "input.trace"
 
 
 def disputed_files(tmp_path, model, inputs, step, index):

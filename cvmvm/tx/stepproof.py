@@ -176,6 +176,11 @@ def prove_against(model: Model, inputs: Mapping[str, np.ndarray], disputed: Sequ
     n_in = len(program.model.inputs)
     if list(disputed[:n_in]) != honest[:n_in]:
         raise InputError("trace", "the disputed trace is of other inputs (its input commitments differ)")
+    n_params = len(program.model.params)
+    other = next((t for t in range(n_in, n_in + n_params) if disputed[t] != honest[t]), None)
+    if other is not None:   # no instruction outputs a param: the trace is of another model
+        raise InputError("trace", f"the disputed trace commits to another value of param tensor {other}: it is "
+                                  f"not a trace of this model")
     first = next((t for t in range(n_in, len(honest)) if disputed[t] != honest[t]), None)
     if first is None:
         raise InputError("no_dispute", "the disputed trace commits to exactly the honest run's tensors")
@@ -304,6 +309,8 @@ def _structure(p: StepProof) -> InstrRecord:
     else:
         if record.op not in elements.COVERED:
             raise InputError("not_covered", f"{record.op} has no element proofs")
+        if len(p.results) != 1:
+            raise _malformed(f"{len(p.results)} results for an element proof (one: output 0's chunk)")
         if p.element >= record.outputs[0][1].size:
             raise _malformed(f"element {p.element} is not in output 0 ({record.outputs[0][1].size} elements)")
     return record
