@@ -304,6 +304,18 @@ def test_revert_reasons(verifier, digits_run):
     full = dataclasses.replace(ok.results[0], path=tuple(run.trace.path(run.program.steps[6].outputs[0])))
     assert verifier(replace(ok, operands=(bare, *ok.operands[1:]), results=(full,)), run.roots) == "proof: chunk missing"
     assert verifier(replace(ok, operands=(bare, *ok.operands[1:])), run.roots) == "proof: path length"
+    # One authenticated chunk more than the footprint: refused on both sides, honest or not (the
+    # contract took it, where check-step called it malformed).
+    relu = Run.of_op("relu", [np.arange(-500, 500, dtype=np.int64) % 200 - 100], {}, [8])   # 4 chunks of 256
+    for r in (relu, relu.changed(0, 0)):
+        exact = r.proof(0, 0)
+        assert [c.index for c in exact.operands[0].chunks] == [0]
+        assert verifier(calldata_proof(exact), r.roots) == ("step correct" if r is relu else None)
+        extra = Operand(b"", chunks_of(r.values[0], r.program.types[0], [0, 3]), ())
+        assert verifier(replace(exact, operands=(extra,)), r.roots) == "proof: chunk not read"
+        with pytest.raises(CvmError) as e:
+            check_step(dataclasses.replace(exact, operands=(extra,)), r.trace.root, r.program_root)
+        assert e.value.code == "malformed.step_proof"
     wrong_path = dataclasses.replace(first, path=(b"\1" * 32, *first.path[1:]))
     assert verifier(replace(ok, operands=(wrong_path, *ok.operands[1:])), run.roots) == "operand not included"
     # The weight is a param: its commitment is in the record, so it has no path, and its chunks

@@ -707,8 +707,26 @@ contract CvmStep {
     {
         (Ctx memory x, Operand[] memory ops, Tensor memory outT, int256 committed) =
             load(proof, programRoot, inputCommitment, traceRoot);
-        require(evaluate(x, ops, outT) != committed, "step correct");
+        int256 value = evaluate(x, ops, outT);
+        // A proof carries exactly the element's footprint (FORMAT.md section 9), as check-step demands:
+        // every chunk it carries was read, whatever the verdict.
+        require(everyChunkRead(ops), "proof: chunk not read");
+        require(value != committed, "step correct");
         return (uint32(x.step), uint32(x.element));
+    }
+
+    /// Whether evaluation read every chunk the operands carry (``find`` marks each it reads).
+    function everyChunkRead(Operand[] memory ops) internal pure returns (bool all) {
+        all = true;
+        for (uint256 k = 0; k < ops.length; k++) {
+            uint256[] memory data = ops[k].data;
+            assembly {
+                let n := mload(data)
+                for { let j := 0 } lt(j, n) { j := add(j, 1) } {
+                    if iszero(shr(255, mload(add(data, shl(5, add(j, 1)))))) { all := 0 }
+                }
+            }
+        }
     }
 
     /// What this contract computes for other elements of the proof's instruction, from the chunks
@@ -847,7 +865,8 @@ contract CvmStep {
     }
 
     /// The calldata offset of chunk ci among chunks ``index`` (ascending) at offsets ``data``;
-    /// the proof must carry it (an offset is never 0: the selector is there).
+    /// the proof must carry it (an offset is never 0: the selector is there).  The entry's top bit
+    /// is set once read (``everyChunkRead``); an offset is far below it.
     function find(uint256[] memory index, uint256[] memory data, uint256 ci) internal pure returns (uint256 off) {
         assembly {
             let lo := 0
@@ -856,7 +875,10 @@ contract CvmStep {
                 let mid := shr(1, add(lo, hi))
                 let v := mload(add(index, shl(5, add(mid, 1))))
                 if eq(v, ci) {
-                    off := mload(add(data, shl(5, add(mid, 1))))
+                    let at := add(data, shl(5, add(mid, 1)))
+                    off := mload(at)
+                    mstore(at, or(off, shl(255, 1)))
+                    off := and(off, 0xffffffffffffffff)
                     break
                 }
                 switch lt(v, ci)
