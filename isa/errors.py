@@ -27,6 +27,10 @@ class CvmError(Exception):
         self.reason = reason
         self.message = message
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Pickled as (reason, message): Exception's own pickling passes args, the message alone.
+        return type(self), (self.reason, self.message)
+
     @property
     def code(self) -> str:
         return f"{self.family}.{self.reason}"

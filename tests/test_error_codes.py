@@ -84,3 +84,14 @@ def test_docs_list_exactly_the_codes():
 def test_every_family_is_exported(cls):
     import cvmvm
     assert getattr(cvmvm, cls.__name__) is cls and getattr(errors, cls.__name__) is cls
+
+
+def test_every_error_pickles_with_its_code_and_message():
+    """Errors cross process boundaries (a Ray task's model error): Exception's own pickling passed
+    the message alone to a constructor that takes (reason, message)."""
+    import pickle
+    for cls in (errors.MalformedError, errors.InvalidError, errors.InputError, errors.LimitError,
+                errors.InternalError, errors.UsageError, errors.IOFailure):
+        e = cls("some_reason", "what happened")
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is cls and (back.code, back.message) == (e.code, e.message)

@@ -413,6 +413,27 @@ def test_answers_read_and_lost_to_an_interrupt_give_the_worker_up(monkeypatch):
     worker.close()
 
 
+def test_an_interrupt_while_waiting_for_answers_keeps_the_worker(monkeypatch):
+    """Waiting for answers is where a run's end spends its time, and nothing is lost there: the
+    worker goes on, not given up."""
+    worker = hashworker.HashWorker(1 << 22)
+    assert worker.wait_ready(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    data = os.urandom(20000)
+    (block,) = put_bytes(worker, data)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(hashworker.select, "select", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        until(worker, lambda: block.done, 5)
+    monkeypatch.undo()
+    os.kill(worker._proc.pid, signal.SIGCONT)
+    assert until(worker, lambda: block.done) and block.root == root_of(data)
+    assert not worker.broken and not worker.abandoned
+    worker.close()
+
+
 def test_a_block_whose_hashing_here_was_interrupted_is_hashed_again(monkeypatch):
     """Claimed and interrupted while this process hashed it: it stays claimed and not done, and
     the next body that needs its ring space waited for it for ever.  Now whoever needs it hashes

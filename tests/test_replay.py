@@ -333,13 +333,31 @@ def test_ray_gives_the_same_answer(store):
     txs = [honest(models[i % 2], f) for i, f in enumerate(
         sum((clipped_inputs(m, 1, 200 + i) for i, m in enumerate(models * 15)), []))]
     txs[3] = dataclasses.replace(txs[3], model_hash=b"\x05" * 32)
+    # A model not in the store: its record's own faults come first (a broken signature), on Ray as
+    # in this process, where Ray gave every transaction of it the model's error.
+    missing = column_sum_model()
+    txs += [honest(missing, f) for f in clipped_inputs(missing, 2, 300)]
+    signed = txs[-1].receipt
+    txs[-1] = dataclasses.replace(txs[-1], receipt=dataclasses.replace(signed, signer=dataclasses.replace(
+        signed.signer, signature=bytes([signed.signer.signature[0] ^ 1]) + signed.signer.signature[1:])))
+    # A stored file under a model's name holding another model, read under a work limit it passes
+    # not: the limit is checked first, on Ray as in a worker process.
+    other = reshape_model()
+    store.path(other.model_hash).write_bytes(mlp_model().canonical_bytes)
+    txs += [honest(other, f) for f in clipped_inputs(other, 1, 301)]
+    tight = Limits(work=10)
     reference = schedule.replay(txs, store)
+    limited = schedule.replay(txs[-1:], store, limits=tight)
     ray.init(num_cpus=2, include_dashboard=False)
     try:
         assert schedule.replay(txs, store, use_ray=True, batch_size=4) == reference
+        assert schedule.replay(txs[-1:], store, use_ray=True, limits=tight) == limited
     finally:
         ray.shutdown()
     assert reference[3].error == "input.unknown_model"
+    assert [(o.status, o.fields, o.error) for o in reference[-3:]] == [
+        ("error", (), "input.unknown_model"), ("mismatch", ("signature",), None), ("error", (), "malformed.store_hash")]
+    assert limited[0].error == "limit.work"
 
 
 # -- malleability: a transaction carries exactly what the program reads --------------------------

@@ -175,23 +175,28 @@ class Pool:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-# Ray workers get models as bytes through the object store, re-hashed before use.
+# Ray workers get a stored model file's bytes through the object store (or the error reading it
+# gave), with its path in the store, and check them exactly as Store.get does in a worker process.
 _ray_replayers: dict[tuple[int, bytes | None, Limits], Replayer] = {}
-_ray_models: dict[bytes, bytes] = {}
+_ray_models: dict[bytes, tuple[bytes | CvmError, str]] = {}
 
 
 def _ray_fetch(model_hash: bytes, limits: Limits) -> Model:
-    return checked_model(_ray_models.pop(model_hash), model_hash, "model from the object store", limits)
+    data, where = _ray_models.pop(model_hash)
+    if isinstance(data, CvmError):
+        raise data
+    return checked_model(data, model_hash, where, limits)
 
 
-def _ray_chunk(model_bytes: bytes, model: bytes, items: list[Item], batch_size: int,
+def _ray_chunk(stored: tuple[bytes | CvmError, str], model: bytes, items: list[Item], batch_size: int,
                signer: bytes | None, limits: Limits, compile: bool) -> list[tuple[Any, ...]]:
     key = (batch_size, signer, limits)
     if key not in _ray_replayers:
         _ray_replayers[key] = Replayer(functools.partial(_ray_fetch, limits=limits), batch_size, signer, compile)
     replayer = _ray_replayers[key]
     if not replayer.loaded(model):
-        _ray_models[model] = bytes(model_bytes)
+        data, where = stored
+        _ray_models[model] = (data if isinstance(data, CvmError) else bytes(data), where)
     return [tuple(o) for o in replayer.run(model, items)]  # plain tuples, as _worker_chunk
 
 
@@ -233,35 +238,34 @@ class Ray:
         self.remote = ray.remote(max_retries=5, retry_exceptions=False)(_ray_chunk)
         self.models: dict[bytes, Any] = {}
         self.futures: list[Any] = []
-        self.failed: list[list[Outcome]] = []
 
     @property
     def inflight(self) -> int:
-        return len(self.futures) + len(self.failed)
+        return len(self.futures)
 
     def submit(self, model: bytes, items: list[Item]) -> None:
+        # Read here, checked in the task: a model that cannot be read is each transaction's error
+        # only after its record decoded and its signature held, and the checks come in the order of
+        # a worker process's Store.get (the limits before the hash), as FORMAT.md section 8 says.
         if model not in self.models:
+            data: bytes | CvmError
             try:
-                self.models[model] = self.ray.put(self.store.read(model))
+                data = self.store.read_file(model)
             except CvmError as e:
-                self.models[model] = e
+                data = e
+            self.models[model] = self.ray.put((data, str(self.store.path(model))))
         ref = self.models[model]
-        if isinstance(ref, CvmError):
-            self.failed.append([failed(i, o, hashlib.sha256(b).digest(), ref, model) for i, o, b in items])
-            return
         self.futures.append(self.remote.remote(ref, model, items, self.opts.batch_size, self.opts.signer,
                                                self.opts.limits, self.opts.compile))
 
     def collect(self, block: bool) -> list[list[Outcome]]:
-        done, self.failed = self.failed, []
-        if self.futures:
-            wait = block and not done
-            ready, self.futures = self.ray.wait(self.futures, num_returns=1, timeout=None if wait else 0)
-            if ready and self.futures:
-                more, self.futures = self.ray.wait(self.futures, num_returns=len(self.futures), timeout=0)
-                ready += more
-            done += [self._get(ref) for ref in ready]
-        return done
+        if not self.futures:
+            return []
+        ready, self.futures = self.ray.wait(self.futures, num_returns=1, timeout=None if block else 0)
+        if ready and self.futures:
+            more, self.futures = self.ray.wait(self.futures, num_returns=len(self.futures), timeout=0)
+            ready += more
+        return [self._get(ref) for ref in ready]
 
     def _get(self, ref: Any) -> list[Outcome]:
         try:

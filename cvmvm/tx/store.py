@@ -76,7 +76,7 @@ class Store:
         the reader that runs it loads it under its limits)."""
         return self.get(model_hash, NOT_RUN).canonical_bytes
 
-    def _read_file(self, model_hash: bytes) -> bytes:
+    def read_file(self, model_hash: bytes) -> bytes:
         """A stored model file's bytes: a regular file, not a link, within the model limit."""
         target = self.path(model_hash)
         try:
@@ -91,7 +91,7 @@ class Store:
 
     def get(self, model_hash: bytes, limits: Limits = Limits()) -> Model:
         """Load and verify a stored model under ``limits``, checked against its name."""
-        return checked_model(self._read_file(model_hash), model_hash, str(self.path(model_hash)), limits)
+        return checked_model(self.read_file(model_hash), model_hash, str(self.path(model_hash)), limits)
 
     def _check(self, name: str) -> tuple[int, str | None]:
         """(size, problem) of the file ``name``: problem None when it is an intact model file

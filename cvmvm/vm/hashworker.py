@@ -187,10 +187,11 @@ class HashWorker:
             with self._lock:
                 self._abandon()
             return
-        self._reading = True
         if select.select([self._answers], [], [], seconds)[0]:
+            # Marked only now: an interrupt while waiting (where a run's end spends its time) loses nothing.
+            self._reading = True
             self._take(os.read(self._answers, _READ_BYTES))
-        self._reading = False
+            self._reading = False
 
     def _take(self, data: bytes) -> None:
         """Answers read from the process (the read lock held); none at all: it is gone."""
