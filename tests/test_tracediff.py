@@ -104,6 +104,24 @@ def test_models_that_differ_in_one_param_name_the_param_and_the_first_instructio
     assert "different models" in text and "param 0 (w, tensor 1) differs first" in text and "dense" in text
 
 
+def test_traces_that_differ_only_in_their_outputs_say_so(capsys, tmp_path):
+    """The same inputs and instructions, another output list: every entry agrees and the roots
+    differ, and the report blamed names (which the root does not commit to)."""
+    from tests.test_receipt import Input, TensorType, build, instr
+
+    def model(outputs):
+        return build([Input("x", TensorType((1, 4), 8))], [], [instr("relu", (0,), 1), instr("negative", (1,), 2)],
+                     outputs)
+    x = {"x": np.array([[5, -100, 120, 7]], dtype=np.int32)}
+    for name, outputs in (("a", [2]), ("b", [1, 2])):
+        (tmp_path / f"{name}.json").write_bytes(trace_bytes(trace_doc(model(outputs), x)))
+    report = tracediff.diff(*(loaded(json.loads((tmp_path / f"{n}.json").read_bytes())) for n in "ab"))
+    assert (report["reason"], report["outputs"]) == ("outputs", [[2], [1, 2]])
+    assert "outputs differ, tensors [2] vs [1, 2]" in tracediff.render(report)
+    code, info = cli_json(capsys, ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert code == 1 and info["reason"] == "outputs" and info["outputs"] == [[2], [1, 2]]
+
+
 def test_cli_diff_of_two_models_exits_1(capsys, tmp_path):
     (tmp_path / "a.json").write_bytes(trace_bytes(trace_doc(mlp_model(), X)))
     (tmp_path / "b.json").write_bytes(trace_bytes(trace_doc(pair_model(), {"a": np.ones((2, 3), np.int32),

@@ -77,10 +77,14 @@ def diff(a: TraceFile, b: TraceFile) -> dict[str, Any]:
     first = next((k for k, (x, y) in enumerate(pairs)
                   if (_position(x), x.commitment) != (_position(y), y.commitment)), None)
     if first is None:
-        # Entry for entry the same: the models differ only where no tensor shows it (names),
-        # or one trace goes on where the other stops.
-        report.update(reason="model" if len(a.entries) == len(b.entries) else "length", first_entry=None,
-                      instruction=None)
+        # Entry for entry the same, and the roots differ: one trace goes on where the other stops,
+        # or the programs differ in their output lists (head records), the one thing the program
+        # root commits to that no entry shows (names are not committed to: those traces are the same).
+        if len(a.entries) != len(b.entries):
+            report.update(reason="length", first_entry=None, instruction=None)
+        else:
+            report.update(reason="outputs", outputs=[list(a.outputs), list(b.outputs)], first_entry=None,
+                          instruction=None)
         return report
     x, y = pairs[first]
     program_differs = _position(x) != _position(y)
@@ -127,8 +131,9 @@ def render(report: dict[str, Any]) -> str:
     a_hash, b_hash = report["model_hash"]
     if not report["same_model"]:
         lines.append(f"the traces are of different models: model hash {a_hash} vs {b_hash}")
-    if report["reason"] == "model":
-        lines.append("every entry agrees: the models differ only in what no tensor shows (names)")
+    if report["reason"] == "outputs":
+        a_out, b_out = report["outputs"]
+        lines.append(f"every entry agrees: the programs' outputs differ, tensors {a_out} vs {b_out}")
         return "\n".join(lines)
     if report["reason"] == "length":
         n, m = report["entries"]

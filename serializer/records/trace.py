@@ -238,6 +238,7 @@ class TraceFile:
     input_commitment: str
     root: str
     entries: tuple[Entry, ...]
+    outputs: tuple[int, ...]   # the program's output tensor ids (its head records)
 
 
 DOC_KEYS = {"format", "model_hash", "program_root", "input_commitment", "outputs", "root", "entries"}
@@ -314,4 +315,4 @@ def load_trace(data: bytes, what: str) -> TraceFile:
     root = trace_root(bytes.fromhex(program), bytes.fromhex(inputs), len(entries), tree).hex()
     if root != hashes["root"]:
         raise MalformedError("trace", f"{what}: root {hashes['root']} is not the root of its entries ({root})")
-    return TraceFile(hashes["model_hash"], program, inputs, root, entries)
+    return TraceFile(hashes["model_hash"], program, inputs, root, entries, tuple(heads))
