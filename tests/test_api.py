@@ -423,3 +423,35 @@ def test_a_released_memoryview_is_a_usage_error():
     with pytest.raises(CvmError) as e:
         cvmvm.load(view)
     assert e.value.code == "usage.argument"
+
+
+def test_an_output_that_is_a_param_cannot_change_the_model():
+    """A param built from a writeable array (serializer.model.Param says read-only) was returned as
+    the output itself: writing that output changed every later run, under the same commitment."""
+    from serializer.model import Model as ModelIR, Param
+    from cvmvm.vm.api import Model
+    from cvmvm.vm.verify import verify
+    from tests.test_receipt import instr
+    w = np.array([[1, -2, 3]], np.int32)
+    model = Model(verify(ModelIR((Input("x", TensorType((1, 3), 8)),), (Param("w", TensorType((1, 3), 8), w),),
+                                 (instr("relu", (0,), 2),), (2, 1))))
+    x = {"x": np.array([[1, 2, 3]], np.int32)}
+    for result in (model.run(x), model.run(x, trace=True), model.run_batch([x, x])[1]):
+        with pytest.raises(ValueError):
+            result.outputs[1][0, 0] = 99
+    assert model.run(x).outputs[1].tolist() == [[1, -2, 3]] and w.flags.writeable
+
+
+def test_run_batch_gives_each_item_its_own_constant_output():
+    """An output computed from params alone is one array of the stacked run: every item's Result
+    held that same array, so writing one item's output changed the others'."""
+    from tests.test_receipt import build, instr, param
+    model = build([Input("x", TensorType((1, 3), 8))], [param("w", [[1, -2, 3]])],
+                  [instr("relu", (0,), 2), instr("negative", (1,), 3)], (2, 3))
+    x = {"x": np.array([[1, 2, 3]], np.int32)}
+    results = model.run_batch([x, x, x])
+    outs = [r.outputs[1] for r in results]
+    assert len({id(o) for o in outs}) == 3 and all(o.flags.writeable for o in outs)
+    outs[0][0, 0] = 99
+    assert [o.tolist() for o in outs[1:]] == [[[-1, 2, -3]]] * 2
+    assert [r.outputs[1].tolist() for r in model.run_batch([x, x])] == [[[-1, 2, -3]]] * 2

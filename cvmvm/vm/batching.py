@@ -330,8 +330,11 @@ def _run_one(model: Verified, feeds: Sequence[np.ndarray], outputs: bool) -> Tra
 
 
 def _rows(value: np.ndarray, stacked: bool, count: int) -> list[np.ndarray]:
-    """Each item's part of a stacked run's tensor: its row block, or the whole constant."""
-    return np.split(value, count) if stacked else [value] * count
+    """Each item's part of a stacked run's tensor: its row block, or the whole constant, an array of
+    its own for each item as ``run`` gives it (a param, read-only, is shared: nobody can write it)."""
+    if stacked:
+        return np.split(value, count)
+    return [value] * count if not value.flags.writeable else [value] + [value.copy() for _ in range(count - 1)]
 
 
 class RowBodies:

@@ -215,6 +215,14 @@ def _apply_rule(rule: Callable[..., Any], reason: str, where: str, *args: Any) -
         raise InvalidError(reason, f"{where}: {e}") from None
 
 
+def _read_only(value: np.ndarray) -> np.ndarray:
+    if not value.flags.writeable:
+        return value
+    copy = value.copy()
+    copy.setflags(write=False)
+    return copy
+
+
 def verify(model: Model, limits: Limits = Limits()) -> Program:
     types: list[TensorType] = []
     names: set[str] = set()
@@ -231,6 +239,12 @@ def verify(model: Model, limits: Limits = Limits()) -> Program:
         raise LimitError("ops", f"variables: total ops {ops} exceed 2^40")
     for p in model.params:
         check_param_value(p.name, p.type, p.value)
+    if any(p.value.flags.writeable for p in model.params):
+        # A param is read-only (serializer.model.Param); one built from a writeable array gets a
+        # read-only copy, so that nobody holding it (an output that is a param) changes what every
+        # later run computes, while its commitment stays the same.
+        model = dataclasses.replace(model, params=tuple(dataclasses.replace(p, value=_read_only(p.value))
+                                                        for p in model.params))
 
     steps = []
     for index, instr in enumerate(model.instrs):
