@@ -126,6 +126,18 @@ def test_bodies_longer_than_a_block_are_cut_into_blocks_of_whole_chunks():
     assert [worker.root(b) for b in blocks] == [root_of(data[b.offset - blocks[0].offset:][:b.length]) for b in blocks]
 
 
+def within(seconds: float, fn):
+    """``fn()``'s value, run in a daemon thread: a hang fails the test instead of holding it (and the
+    suite) for ever."""
+    import threading
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert got, f"still running after {seconds} s"
+    return got[0]
+
+
 def until(worker: hashworker.HashWorker, condition, seconds: float = 10.0) -> bool:
     """Whether ``condition()`` holds within ``seconds``, the worker's answers taken meanwhile (no
     thread takes them: a run does, when it needs them)."""
@@ -452,11 +464,51 @@ def test_a_block_whose_hashing_here_was_interrupted_is_hashed_again(monkeypatch)
     monkeypatch.undo()
     assert blocks[0].claimed and not blocks[0].done
     os.kill(worker._proc.pid, signal.SIGCONT)
-    with ThreadPoolExecutor(1) as pool:   # the bodies that need its space, bounded in time
-        later = [os.urandom(1 << 19), os.urandom(1 << 19)]
-        got = pool.submit(lambda: [worker.roots(put_bytes(worker, d)) for d in later]).result(timeout=60)
+    later = [os.urandom(1 << 19), os.urandom(1 << 19)]   # the bodies that need its space
+    got = within(60, lambda: [worker.roots(put_bytes(worker, d)) for d in later])
     assert got == [[root_of(d)] for d in later]
     assert worker.root(blocks[0]) == root_of(data)
+    worker.close()
+
+
+def test_claim_slots_of_blocks_hashed_here_are_freed_by_the_process_answers():
+    """Every claim slot taken by a block that runs claimed and hashed here while the process was
+    stopped: those blocks are done long before the process's skips free their slots.  The next
+    put waited for the oldest to be done (it was), read nothing, and spun for ever."""
+    worker = hashworker.HashWorker(1 << 22)
+    assert worker.wait_ready(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    data = os.urandom(4096)
+    for _ in range(hashworker.CLAIMS):
+        assert worker.roots(put_bytes(worker, data)) == [root_of(data)]   # each run's end claims its block
+    os.kill(worker._proc.pid, signal.SIGCONT)
+    blocks = within(60, lambda: put_bytes(worker, data))
+    assert blocks is not None and worker.roots(blocks) == [root_of(data)] and not worker.broken
+    worker.close()
+
+
+def test_a_block_interrupted_while_hashed_here_does_not_hold_its_claim_slot(monkeypatch):
+    """Its skip from the process frees its slot; waiting for it to be done waited the whole
+    answer_seconds, then gave the worker up for good."""
+    worker = hashworker.HashWorker(1 << 22, answer_seconds=60)
+    assert worker.wait_ready(30)
+    os.kill(worker._proc.pid, signal.SIGSTOP)
+    data = os.urandom(4096)
+    first = put_bytes(worker, data)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sha, "block_root", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        worker.roots(first)
+    monkeypatch.undo()
+    for _ in range(hashworker.CLAIMS - 1):
+        put_bytes(worker, data)
+    os.kill(worker._proc.pid, signal.SIGCONT)
+    started = time.monotonic()
+    blocks = within(60, lambda: put_bytes(worker, data))
+    assert time.monotonic() - started < 30 and not worker.broken
+    assert worker.roots(blocks) == [root_of(data)] and worker.root(first[0]) == root_of(data)
     worker.close()
 
 
@@ -473,6 +525,17 @@ def test_after_an_interruption_a_new_worker_is_started(monkeypatch):
     fresh = hashworker._worker
     assert fresh is not None and fresh is not abandoned and fresh.wait_ready(30)
     assert hashworker.worker() is fresh
+    # One started by start() (benchmarks, tests) is replaced as soon, by worker() or start().
+    with fresh._lock:
+        fresh._abandon()
+    monkeypatch.setattr(hashworker, "_asked", 0)
+    assert hashworker.worker() is None
+    fresh = hashworker._worker
+    assert fresh is not None and not fresh.abandoned and fresh.wait_ready(30)
+    with fresh._lock:
+        fresh._abandon()
+    assert hashworker.start() not in (None, fresh)
+    fresh = hashworker._worker
     want = traced("perf")
     assert traced("perf") == want and fresh._sent > 0
     fresh.close()

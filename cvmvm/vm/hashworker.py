@@ -225,9 +225,12 @@ class HashWorker:
                 return
         self._fail()
 
-    def _wait(self, block: Block) -> None:
-        """Until the process answers ``block``, or is given up for answering nothing in time."""
-        if not self._collect(lambda: block.done, self.answer_seconds):
+    def _answered(self, block: Block) -> None:
+        """Until the process's answer for ``block`` is taken, or it is given up for answering nothing
+        in time.  Its answer, not its root: a block claimed and hashed here is done long before the
+        process's skip for it frees its claim slot (waiting for ``done`` read nothing, for ever)."""
+        if not self._collect(lambda: self.broken or not self._unanswered or self._unanswered[0] is not block,
+                             self.answer_seconds):
             self._proc.kill()
             self._fail()
 
@@ -289,7 +292,7 @@ class HashWorker:
                 if len(self._unanswered) + count <= CLAIMS:
                     return True
                 oldest = self._unanswered[0]
-            self._wait(oldest)
+            self._answered(oldest)
 
     def put(self, length: int, chunk: int, write: Callable[[np.ndarray], None]) -> list[Block] | None:
         """Have ``write`` fill ``length`` bytes of the ring and send them, in blocks of BLOCK_BYTES
@@ -400,12 +403,10 @@ def worker() -> HashWorker | None:
             w._fail()
         if not w.abandoned:
             return None if w.broken else w
-        # Given up after an interruption, not for failing: a new one, ready for the runs after this.
+        # Given up after an interruption, not for failing: a new one now, ready for the runs after this.
         with _state_lock:
-            if _worker is w:
-                atexit.unregister(w.close)
-                w.close()
-                _worker = None
+            _forget_abandoned()
+            _asked = max(_asked, 1)
     with _state_lock:
         _asked += 1
         if _worker is None and _asked >= 2 and not _failed:
@@ -426,6 +427,7 @@ def start(timeout: float = 30.0) -> HashWorker | None:
     the steady state); None when it cannot start or did not get ready in time."""
     global _worker
     with _state_lock:
+        _forget_abandoned()
         if _worker is None:
             try:
                 _worker = HashWorker()
@@ -435,6 +437,16 @@ def start(timeout: float = 30.0) -> HashWorker | None:
         w = _worker
     _compile()
     return w if w.wait_ready(timeout) and not w.broken else None
+
+
+def _forget_abandoned() -> None:
+    """Closes a worker given up after an interruption, so that a new one is started (the state lock
+    held)."""
+    global _worker
+    if _worker is not None and _worker.abandoned:
+        atexit.unregister(_worker.close)
+        _worker.close()
+        _worker = None
 
 
 def _compile() -> None:
