@@ -286,7 +286,7 @@ class Ray:
         prints with (Ray 2.x); where a Ray has no such function, nothing is changed."""
         module = getattr(getattr(self.ray, "_private", None), "worker", None)
         printer = getattr(module, "print_to_stdstream", None)
-        if printer is None:
+        if module is None or printer is None:
             return
 
         def to_stderr(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
