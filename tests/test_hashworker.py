@@ -355,6 +355,19 @@ def test_a_forked_child_starts_its_own():
     assert hashworker._worker is not None
 
 
+def interrupt(*args, **kwargs):
+    """Stands in for a call that Ctrl-C ends."""
+    raise KeyboardInterrupt
+
+
+def interrupted_while_hashed_here(monkeypatch, worker: hashworker.HashWorker, blocks: list) -> None:
+    """``worker.roots(blocks)`` ended by Ctrl-C while this process hashes the newest of them."""
+    monkeypatch.setattr(sha, "block_root", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        worker.roots(blocks)
+    monkeypatch.undo()
+
+
 class InterruptedFlush:
     """The worker's request pipe, whose next flush raises KeyboardInterrupt once the bytes are
     written: a Ctrl-C that arrived during the system call, acted on at the next bytecode."""
@@ -413,10 +426,7 @@ def test_answers_read_and_lost_to_an_interrupt_give_the_worker_up(monkeypatch):
     blocks = [put_bytes(worker, d)[0] for d in data]
     os.kill(worker._proc.pid, signal.SIGCONT)
     time.sleep(0.2)
-
-    def lost(answers: bytes) -> None:
-        raise KeyboardInterrupt
-    monkeypatch.setattr(worker, "_take", lost)
+    monkeypatch.setattr(worker, "_take", interrupt)   # answers read, and lost
     with pytest.raises(KeyboardInterrupt):
         until(worker, lambda: blocks[0].done, 5)
     monkeypatch.undo()
@@ -433,10 +443,7 @@ def test_an_interrupt_while_waiting_for_answers_keeps_the_worker(monkeypatch):
     os.kill(worker._proc.pid, signal.SIGSTOP)
     data = os.urandom(20000)
     (block,) = put_bytes(worker, data)
-
-    def interrupted(*args):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(hashworker.select, "select", interrupted)
+    monkeypatch.setattr(hashworker.select, "select", interrupt)
     with pytest.raises(KeyboardInterrupt):
         until(worker, lambda: block.done, 5)
     monkeypatch.undo()
@@ -455,13 +462,7 @@ def test_a_block_whose_hashing_here_was_interrupted_is_hashed_again(monkeypatch)
     os.kill(worker._proc.pid, signal.SIGSTOP)     # a slow process: the run hashes inline
     data = os.urandom(1 << 19)
     blocks = put_bytes(worker, data)
-
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(sha, "block_root", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        worker.roots(blocks)
-    monkeypatch.undo()
+    interrupted_while_hashed_here(monkeypatch, worker, blocks)
     assert blocks[0].claimed and not blocks[0].done
     os.kill(worker._proc.pid, signal.SIGCONT)
     later = [os.urandom(1 << 19), os.urandom(1 << 19)]   # the bodies that need its space
@@ -495,13 +496,7 @@ def test_a_block_interrupted_while_hashed_here_does_not_hold_its_claim_slot(monk
     os.kill(worker._proc.pid, signal.SIGSTOP)
     data = os.urandom(4096)
     first = put_bytes(worker, data)
-
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(sha, "block_root", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        worker.roots(first)
-    monkeypatch.undo()
+    interrupted_while_hashed_here(monkeypatch, worker, first)
     for _ in range(hashworker.CLAIMS - 1):
         put_bytes(worker, data)
     os.kill(worker._proc.pid, signal.SIGCONT)

@@ -176,14 +176,12 @@ def prove_against(model: Model, inputs: Mapping[str, np.ndarray], disputed: Sequ
     n_in = len(program.model.inputs)
     if list(disputed[:n_in]) != honest[:n_in]:
         raise InputError("trace", "the disputed trace is of other inputs (its input commitments differ)")
-    n_params = len(program.model.params)
-    other = next((t for t in range(n_in, n_in + n_params) if disputed[t] != honest[t]), None)
-    if other is not None:   # no instruction outputs a param: the trace is of another model
-        raise InputError("trace", f"the disputed trace commits to another value of param tensor {other}: it is "
-                                  f"not a trace of this model")
     first = next((t for t in range(n_in, len(honest)) if disputed[t] != honest[t]), None)
     if first is None:
         raise InputError("no_dispute", "the disputed trace commits to exactly the honest run's tensors")
+    if first < n_in + len(program.model.params):   # no instruction outputs a param: another model's trace
+        raise InputError("trace", f"the disputed trace commits to another value of param tensor {first}: it is "
+                                  f"not a trace of this model")
     wrong = next(s for s in program.steps if first in s.outputs)
     if step is not None and step != wrong.index:
         raise InputError("step", f"the traces first differ at instruction {wrong.index} (tensor {first}), "
