@@ -1,5 +1,5 @@
 import sys
 
-from cvmvm.cli.main import main
+from cvmvm.cli.launch import main
 
 sys.exit(main())

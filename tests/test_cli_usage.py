@@ -3,6 +3,7 @@ and messages that say what is wrong in words."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -10,13 +11,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import cvmvm
-from cvmvm.cli import main as cli_main
-from cvmvm.cli.common import EXIT_CODES, EXIT_INTERRUPTED
+from cvmvm.cli import interrupts, main as cli_main
+from cvmvm.cli.common import EXIT_CODES
+from cvmvm.cli.interrupts import EXIT_INTERRUPTED, EXIT_TERMINATED
 from cvmvm.cli.main import main
 from tests import interrupt
 from tests.conftest import cvmvm_json
@@ -143,7 +146,7 @@ def test_sigterm_is_one_line_and_exit_143(capsys, monkeypatch, demo_files):
         time.sleep(10)   # the handler raises at the next bytecode, long before this ends
         raise AssertionError("SIGTERM was not handled")
     monkeypatch.setattr(cli_main, "_run", terminated)
-    assert main(["verify", str(demo_files / "digits.cvm")]) == 143
+    assert main(["verify", str(demo_files / "digits.cvm")]) == EXIT_TERMINATED
     assert capsys.readouterr().err == "cvmvm: terminated\n"
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
@@ -153,7 +156,7 @@ def test_a_host_programs_sigterm_handler_is_left_alone(capsys, monkeypatch, demo
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
     try:
         assert main(["verify", str(demo_files / "digits.cvm")]) == 0
-        assert signal.getsignal(signal.SIGTERM) is not cli_main._terminate
+        assert signal.getsignal(signal.SIGTERM) is not interrupts.terminate
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.01)
         assert seen == [signal.SIGTERM]
@@ -192,6 +195,50 @@ def test_ctrl_c_while_a_command_waits_prints_no_traceback(demo_files, tmp_path):
     assert proc.returncode == EXIT_INTERRUPTED
     assert err == "cvmvm: interrupted\n" and out == ""
     assert list(out_dir.iterdir()) == []
+
+
+# A signal sent to itself when the command's modules begin to load numpy: the moment a user's
+# Ctrl-C most likely lands, as the console script would start (sys.argv as it sets it).
+WHILE_LOADING = """
+import os, signal, sys
+class SignalOnNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            os.kill(os.getpid(), signal.{signal})
+        return None
+sys.meta_path.insert(0, SignalOnNumpy())
+sys.argv = ["cvmvm", "--version"]
+from cvmvm.cli.launch import main
+assert "numpy" not in sys.modules
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("sig, code, line", [("SIGINT", EXIT_INTERRUPTED, "cvmvm: interrupted"),
+                                             ("SIGTERM", EXIT_TERMINATED, "cvmvm: terminated")])
+def test_a_signal_while_the_command_loads_is_one_line(sig, code, line):
+    proc = subprocess.run([sys.executable, "-c", WHILE_LOADING.format(signal=sig)], capture_output=True, text=True,
+                          timeout=120, preexec_fn=interrupt.foreground)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (code, line + "\n", "")
+
+
+def test_the_console_script_loads_nothing_before_its_handlers():
+    """What the console script and ``python -m cvmvm`` import before ``launch.main`` runs: the
+    standard library only (the package's API loads on first use)."""
+    probe = ("import sys; import cvmvm.cli.launch; "
+             "print(sorted(m for m in ('numpy', 'isa', 'serializer', 'msgpack', 'cvmvm.vm.api') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert proc.stdout == "[]\n"
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name="cvmvm")
+    assert script.value == "cvmvm.cli.launch:main"
+    assert "from cvmvm.cli.launch import main\n" in (Path(cvmvm.__file__).parent / "__main__.py").read_text("utf-8")
+
+
+def test_the_package_api_loads_on_first_use():
+    assert cvmvm.Model is cvmvm.vm.api.Model and cvmvm.CvmError.__module__ == "isa.errors"
+    assert set(cvmvm.__all__) <= set(dir(cvmvm))
+    with pytest.raises(AttributeError, match="no attribute 'frobnicate'"):
+        getattr(cvmvm, "frobnicate")
 
 
 # -- messages --------------------------------------------------------------------------------

@@ -28,9 +28,8 @@ EXIT_OK = 0
 EXIT_MISMATCH = 1   # the command ran, and what it checked does not hold
 EXIT_USAGE = 2      # a bad command line (usage.*), argparse's own mistakes included
 EXIT_CODES = {"usage": EXIT_USAGE, "malformed": 3, "invalid": 4, "input": 5, "limit": 6, "internal": 7, "io": 8}
-EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
-EXIT_TERMINATED = 143  # SIGTERM (kill, timeout, systemd, docker stop): 128 + SIGTERM
 EXIT_BROKEN_PIPE = 141  # the reader of a streamed output went away: 128 + SIGPIPE
+# Ctrl-C and SIGTERM (130, 143): cvmvm.cli.interrupts, which loads before anything else.
 
 # A key file (PEM or raw) is well under a KiB.
 KEY_FILE_BYTES = 1 << 16

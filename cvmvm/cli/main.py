@@ -15,15 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 from typing import Any, Callable, NoReturn, Sequence
 
 from isa.errors import CvmError, LimitError, UsageError
 from cvmvm import versions
 from cvmvm.cli import importer, model, show, tx
-from cvmvm.cli.common import EXIT_BROKEN_PIPE, EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, Reply
+from cvmvm.cli.common import EXIT_BROKEN_PIPE, EXIT_CODES, EXIT_OK, Reply
+from cvmvm.cli.interrupts import sigterm_raises, stopped
 
 
 class Parser(argparse.ArgumentParser):
@@ -120,25 +119,9 @@ def _fail(code: str, message: str, as_json: bool) -> None:
     print(f"cvmvm: error {code}: {message}", file=sys.stderr)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Python next runs, like Ctrl-C: whatever cleans up after Ctrl-C
-    (temporary files, worker pools, a Ray started for a replay) cleans up after it too."""
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise Terminated
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    # Left alone where a host program set its own, or from a thread (only the main one may set it).
-    mine = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and threading.current_thread() is threading.main_thread()
-    if mine:
-        signal.signal(signal.SIGTERM, _terminate)
-    try:
+    with sigterm_raises():
         return _main(argv)
-    finally:
-        if mine:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -167,12 +150,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if info is not None:  # None: the command printed its own output as it went (replay)
             _print(out)
         return code
-    except Terminated:
-        print("cvmvm: terminated", file=sys.stderr)
-        return EXIT_TERMINATED
-    except KeyboardInterrupt:
-        print("cvmvm: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:   # Ctrl-C, or SIGTERM (interrupts.Terminated)
+        return stopped(e)
 
 
 if __name__ == "__main__":

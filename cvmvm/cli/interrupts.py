@@ -1,0 +1,48 @@
+"""Ctrl-C and SIGTERM: one line on stderr and exit 130 or 143, through the same unwinding.
+
+The standard library only: cvmvm.cli.launch uses it before anything else loads.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # SIGTERM (kill, timeout, systemd, docker stop): 128 + SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Python next runs, like Ctrl-C: whatever cleans up after Ctrl-C
+    (temporary files, worker pools, a Ray started for a replay) cleans up after it too."""
+
+
+def terminate(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` while the context lasts, then is the default again.  Left
+    alone where a host program set its own handler (or an enclosing context did), and from a
+    thread (only the main one may set it)."""
+    mine = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and threading.current_thread() is threading.main_thread()
+    if mine:
+        signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        if mine:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def stopped(e: KeyboardInterrupt) -> int:
+    """One line on stderr for Ctrl-C or SIGTERM, and the exit code."""
+    if isinstance(e, Terminated):
+        print("cvmvm: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
+    print("cvmvm: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
