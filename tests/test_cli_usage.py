@@ -197,14 +197,21 @@ def test_ctrl_c_while_a_command_waits_prints_no_traceback(demo_files, tmp_path):
     assert list(out_dir.iterdir()) == []
 
 
-# A signal sent to itself when the command's modules begin to load numpy: the moment a user's
-# Ctrl-C most likely lands, as the console script would start (sys.argv as it sets it).
+# A signal sent to itself when the command's modules begin to load numpy, the moment a user's
+# Ctrl-C most likely lands, as the console script starts (sys.argv as it sets it).  The import
+# turns an exception raised inside it into an ImportError, as numpy's C extension does with an
+# interrupt during its load (seen with real Ctrl-C: "Importing the numpy C-extensions failed").
 WHILE_LOADING = """
-import os, signal, sys
+import os, signal, sys, time
 class SignalOnNumpy:
     def find_spec(self, name, path=None, target=None):
         if name == "numpy":
-            os.kill(os.getpid(), signal.{signal})
+            try:
+                for signum in {signals}:
+                    os.kill(os.getpid(), signum)
+                    time.sleep(0.2)   # a handler that raises does so here
+            except KeyboardInterrupt as e:
+                raise ImportError("numpy could not load") from e
         return None
 sys.meta_path.insert(0, SignalOnNumpy())
 sys.argv = ["cvmvm", "--version"]
@@ -214,12 +221,40 @@ sys.exit(main())
 """
 
 
-@pytest.mark.parametrize("sig, code, line", [("SIGINT", EXIT_INTERRUPTED, "cvmvm: interrupted"),
-                                             ("SIGTERM", EXIT_TERMINATED, "cvmvm: terminated")])
-def test_a_signal_while_the_command_loads_is_one_line(sig, code, line):
-    proc = subprocess.run([sys.executable, "-c", WHILE_LOADING.format(signal=sig)], capture_output=True, text=True,
-                          timeout=120, preexec_fn=interrupt.foreground)
+def run_loading(*signums: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", WHILE_LOADING.format(signals=[int(s) for s in signums])], capture_output=True,
+                          text=True, timeout=120, preexec_fn=interrupt.foreground)
+
+
+@pytest.mark.parametrize("signum, code, line", [(signal.SIGINT, EXIT_INTERRUPTED, "cvmvm: interrupted"),
+                                                (signal.SIGTERM, EXIT_TERMINATED, "cvmvm: terminated")])
+def test_a_signal_while_the_command_loads_is_held_then_one_line(signum, code, line):
+    """Held until the modules have loaded, then reported."""
+    proc = run_loading(signum)
     assert (proc.returncode, proc.stderr, proc.stdout) == (code, line + "\n", "")
+
+
+def test_a_second_signal_while_loading_is_not_held():
+    """A load that never ends still gives way to Ctrl-C pressed twice (here, as a library that
+    turns an interrupt into its own error would, with that error)."""
+    proc = run_loading(signal.SIGINT, signal.SIGINT)
+    assert proc.returncode == 1 and "ImportError: numpy could not load" in proc.stderr
+
+
+def test_held_keeps_signals_it_does_not_own():
+    """held() records only under the handlers it would replace: an ignored SIGINT stays ignored,
+    and a host program's SIGTERM handler stays in place."""
+    seen = []
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, lambda n, f: seen.append(n))
+    try:
+        with interrupts.held() as came:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert came == [] and seen == [signal.SIGTERM] and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
 
 
 def test_the_console_script_loads_nothing_before_its_handlers():

@@ -39,6 +39,30 @@ def sigterm_raises() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+@contextmanager
+def held() -> Iterator[list[int]]:
+    """The first Ctrl-C or SIGTERM (while ``terminate`` is its handler) is recorded, not raised,
+    while the context lasts; a second one raises at once, for a load that never ends.  Loading
+    modules needs it: an exception raised inside an import can come out as another, and numpy
+    turns an interrupt during its C extension's load into an ImportError with a page of advice
+    on broken installs.  A signal ignored or handled by someone else is left so."""
+    came: list[int] = []
+
+    def record(signum: int, frame: Any) -> None:
+        if came:
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        came.append(signum)
+    previous = {}
+    for signum, ours in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, terminate)):
+        if signal.getsignal(signum) is ours:
+            previous[signum] = signal.signal(signum, record)
+    try:
+        yield came
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def stopped(e: KeyboardInterrupt) -> int:
     """One line on stderr for Ctrl-C or SIGTERM, and the exit code."""
     if isinstance(e, Terminated):

@@ -1,22 +1,29 @@
 """The ``cvmvm`` console script and ``python -m cvmvm``: Ctrl-C and SIGTERM from the first moment.
 
 The command's modules (numpy, the ISA, every command) take about half a second
-to load.  Ctrl-C or SIGTERM meanwhile ends the command as at any later moment:
-one line, exit 130 or 143, no traceback; nothing has been written yet, so
-nothing is left behind.  So this module and cvmvm.cli.interrupts import only
-the standard library (the ``cvmvm`` package loads its API on first use), and
-main.py's ``main`` reports interrupts through the same ``stopped``.
+to load.  Ctrl-C or SIGTERM meanwhile is held until they have loaded (an
+interrupt inside an import may come out as another error: interrupts.held),
+then ends the command as at any later moment: one line, exit 130 or 143, no
+traceback; nothing has been written yet, so nothing is left behind.  So this
+module and cvmvm.cli.interrupts import only the standard library (the ``cvmvm``
+package loads its API on first use), and main.py's ``main`` reports interrupts
+through the same ``stopped``.
 """
 
 from __future__ import annotations
 
-from cvmvm.cli.interrupts import sigterm_raises, stopped
+import signal
+
+from cvmvm.cli.interrupts import Terminated, held, sigterm_raises, stopped
 
 
 def main() -> int:
     with sigterm_raises():
         try:
-            from cvmvm.cli import main as command
+            with held() as came:
+                from cvmvm.cli import main as command
+            if came:
+                return stopped(Terminated() if came[0] == signal.SIGTERM else KeyboardInterrupt())
             return command.main()
-        except KeyboardInterrupt as e:   # while loading, or in the instants main's own handling does not cover
+        except KeyboardInterrupt as e:   # in the instants neither held() nor main's own handling covers
             return stopped(e)
