@@ -222,8 +222,9 @@ sys.exit(main())
 
 
 def run_loading(*signums: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", WHILE_LOADING.format(signals=[int(s) for s in signums])], capture_output=True,
-                          text=True, timeout=120, preexec_fn=interrupt.foreground)
+    script = WHILE_LOADING.format(signals=[int(s) for s in signums])
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          preexec_fn=interrupt.foreground)
 
 
 @pytest.mark.parametrize("signum, code, line", [(signal.SIGINT, EXIT_INTERRUPTED, "cvmvm: interrupted"),

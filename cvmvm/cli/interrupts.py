@@ -39,18 +39,23 @@ def sigterm_raises() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _raised(signum: int) -> type[KeyboardInterrupt]:
+    return Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
 @contextmanager
 def held() -> Iterator[list[int]]:
-    """The first Ctrl-C or SIGTERM (while ``terminate`` is its handler) is recorded, not raised,
-    while the context lasts; a second one raises at once, for a load that never ends.  Loading
-    modules needs it: an exception raised inside an import can come out as another, and numpy
-    turns an interrupt during its C extension's load into an ImportError with a page of advice
-    on broken installs.  A signal ignored or handled by someone else is left so."""
+    """The first Ctrl-C or SIGTERM (while ``terminate`` is its handler) is held while the context
+    lasts and raised when it ends, as a blocked signal is delivered when unblocked; a second one
+    raises at once, for a load that never ends.  Loading modules needs it: an exception raised
+    inside an import can come out as another, and numpy turns an interrupt during its C
+    extension's load into an ImportError with a page of advice on broken installs.  A signal
+    ignored or handled by someone else is left so.  Gives the signals held so far."""
     came: list[int] = []
 
     def record(signum: int, frame: Any) -> None:
         if came:
-            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            raise _raised(signum)
         came.append(signum)
     previous = {}
     for signum, ours in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, terminate)):
@@ -61,6 +66,8 @@ def held() -> Iterator[list[int]]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if came:
+        raise _raised(came[0])
 
 
 def stopped(e: KeyboardInterrupt) -> int:

@@ -12,18 +12,14 @@ through the same ``stopped``.
 
 from __future__ import annotations
 
-import signal
-
-from cvmvm.cli.interrupts import Terminated, held, sigterm_raises, stopped
+from cvmvm.cli.interrupts import held, sigterm_raises, stopped
 
 
 def main() -> int:
     with sigterm_raises():
         try:
-            with held() as came:
+            with held():
                 from cvmvm.cli import main as command
-            if came:
-                return stopped(Terminated() if came[0] == signal.SIGTERM else KeyboardInterrupt())
             return command.main()
-        except KeyboardInterrupt as e:   # in the instants neither held() nor main's own handling covers
+        except KeyboardInterrupt as e:   # held while loading, or in an instant main's own handling does not cover
             return stopped(e)

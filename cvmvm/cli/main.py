@@ -6,8 +6,9 @@ JSON object on stdout instead of text, failures included.  A mistake on the
 command line is a ``usage.*`` error like any other (exit 2, one line), not
 argparse's usage dump; Ctrl-C ends the command with one line and exit 130, and
 SIGTERM with one line and exit 143, each through the same unwinding (nothing
-half-written is left), here and, while this module loads, in cvmvm.cli.launch.  The commands themselves live in one module per
-group (``model``, ``tx``, ``show``, ``importer``); this module only assembles them.
+half-written is left), here and, while this module loads, in cvmvm.cli.launch.
+The commands themselves live in one module per group (``model``, ``tx``,
+``show``, ``importer``); this module only assembles them.
 """
 
 from __future__ import annotations
