@@ -454,7 +454,26 @@ def _lane_hasher():
         from serializer import sha_lanes
         _lanes.append(sha_lanes.compile_lanes(hashing.LEAF, hashing.INNER))
     assert _lanes[0] is not None, "llvmlite compiles the lanes"
-    return _hasher()._replace(lanes=_lanes[0])
+    return _hasher()._replace(lanes=_lanes[0], streams=None)
+
+
+_streams: list = []
+
+
+def _stream_hasher():
+    """The compiled hasher with serializer.sha_lanes' four SHA-NI streams for a body's chunks, and
+    no lanes; skipped on a CPU without the SHA extensions."""
+    from serializer import sha_lanes
+    if not sha_lanes.sha_here():
+        pytest.skip("this CPU has no SHA extensions")
+    if not _streams:
+        _streams.append(sha_lanes.compile_streams(hashing.LEAF))
+    assert _streams[0] is not None, "llvmlite compiles the streams where the CPU has SHA-NI"
+    return _hasher()._replace(lanes=None, streams=_streams[0])
+
+
+# The two ways of hashing a body's whole chunks several at a time: the hasher of each, alone.
+BODY_WAYS = {"lanes": _lane_hasher, "streams": _stream_hasher}
 
 
 @settings(max_examples=40, deadline=None)
@@ -498,40 +517,52 @@ def test_lanes_leave_fewer_than_sixteen_items_to_libcrypto():
         assert h.lanes.fold(np.zeros((count, 3, 32), np.uint8)) == done
 
 
+@pytest.mark.parametrize("way", BODY_WAYS)
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from([128, 192, 256, 4096, 64, 100, 4095]), st.integers(1, 50), st.integers(0, 200),
        st.integers(0, 2**32 - 1))
-def test_lanes_hash_a_body_as_hashlib(size, chunks, tail, seed):
+def test_whole_chunks_of_a_body_hash_as_hashlib(way, size, chunks, tail, seed):
     """A body's chunk tree: whole chunks of a multiple of 64 bytes (at least 128) sixteen at a time
-    in lanes, each read where it lies with only its first and last blocks staged, and the rest one
-    by one, a short last chunk included."""
+    in lanes or four in SHA-NI streams, each read where it lies with only its first and last blocks
+    staged, and the rest one by one, a short last chunk included."""
     length = max(1, (chunks - 1) * size + tail % size if tail % size else chunks * size)
     body = np.random.default_rng(seed).integers(0, 256, size=length, dtype=np.uint8)
-    assert _lane_hasher().blocks_root(body, size) == hashing.blocks_root(body.data, size)
+    assert BODY_WAYS[way]().blocks_root(body, size) == hashing.blocks_root(body.data, size)
 
 
-def test_lanes_hash_whole_chunks_sixteen_at_a_time_and_leave_the_rest():
-    h = _lane_hasher()
-    for size, length, done in ((4096, 16 * 4096, 16), (4096, 16 * 4096 - 1, 0), (4096, 33 * 4096 + 5, 32),
-                               (128, 47 * 128, 32), (256, 15 * 256 + 255, 0), (64, 64 * 64, 0), (4000, 40 * 4000, 0),
-                               (4160, 40 * 4160, 32)):
+# (chunk size, body length, chunks hashed together) for each way, counted by hand: whole chunks
+# only, in groups of sixteen lanes or four streams, and none of a size not a multiple of 64 or under 128.
+WHOLE_CHUNKS = {
+    "lanes": ((4096, 16 * 4096, 16), (4096, 16 * 4096 - 1, 0), (4096, 33 * 4096 + 5, 32), (128, 47 * 128, 32),
+              (256, 15 * 256 + 255, 0), (64, 64 * 64, 0), (4000, 40 * 4000, 0), (4160, 40 * 4160, 32)),
+    "streams": ((4096, 4 * 4096, 4), (4096, 4 * 4096 - 1, 0), (4096, 33 * 4096 + 5, 32), (128, 47 * 128, 44),
+                (256, 3 * 256 + 255, 0), (192, 9 * 192, 8), (64, 64 * 64, 0), (4000, 40 * 4000, 0),
+                (4160, 41 * 4160, 40)),
+}
+
+
+@pytest.mark.parametrize("way", BODY_WAYS)
+def test_whole_chunks_go_together_and_the_rest_one_by_one(way):
+    h = BODY_WAYS[way]()
+    for size, length, done in WHOLE_CHUNKS[way]:
         body = np.arange(length, dtype=np.int64).astype(np.uint8)
         nodes = np.zeros(32 * -(-length // size), np.uint8)
-        assert h.lanes.leaves(body, size, nodes) == done
+        assert getattr(h, way).leaves(body, size, nodes) == done
         want = [hashlib.sha256(hashing.LEAF + body[i * size:(i + 1) * size].tobytes()).digest() for i in range(done)]
         assert [nodes[32 * i:32 * i + 32].tobytes() for i in range(done)] == want
         assert not nodes[32 * done:].any()
         assert h.blocks_root(body, size) == hashing.blocks_root(body.data, size)
 
 
-def test_lanes_refuse_a_body_or_leaves_they_cannot_address():
-    h = _lane_hasher()
+@pytest.mark.parametrize("way", BODY_WAYS)
+def test_whole_chunks_are_refused_where_they_cannot_be_addressed(way):
+    h = BODY_WAYS[way]()
     body, nodes = np.zeros(16 * 4096, np.uint8), np.zeros(16 * 32, np.uint8)
     for b, n in ((body.view(np.int8), nodes), (body, nodes.view(np.int8)), (body, nodes[:-1]),
                  (np.zeros(2 * 16 * 4096, np.uint8)[::2], nodes), (body, np.zeros(2 * 16 * 32, np.uint8)[::2]),
                  (body.reshape(16, 4096), nodes)):
         with pytest.raises(InternalError):
-            h.lanes.leaves(b, 4096, n)
+            getattr(h, way).leaves(b, 4096, n)
 
 
 def test_lanes_refuse_what_is_not_within_its_buffers():
@@ -593,6 +624,48 @@ def test_no_lanes_without_llvm(monkeypatch):
     from serializer import sha_lanes
     monkeypatch.setattr(sha_lanes, "_machine_code", lambda: None)
     assert sha_lanes.compile_lanes(hashing.LEAF, hashing.INNER) is None
+
+
+def test_the_hasher_takes_streams_only_where_the_cpu_has_sha(monkeypatch):
+    from serializer import sha_lanes
+    _stream_hasher()   # skips where there are none
+    monkeypatch.setattr(sha_lanes, "sha_here", lambda: False)
+    h = sha._compile_hasher()
+    assert h is not None and h.streams is None
+    body = np.arange(40 * 4096, dtype=np.int64).astype(np.uint8)
+    assert h.blocks_root(body, 4096) == hashing.blocks_root(body.data, 4096)   # libcrypto's, or the lanes'
+    monkeypatch.setattr(sha_lanes, "sha_here", lambda: True)
+    h = sha._compile_hasher()
+    assert h is not None and h.streams is not None
+
+
+def test_the_hasher_drops_streams_whose_answers_are_not_hashlibs(monkeypatch):
+    """Streams that hash one chunk to one wrong byte are not used; the hasher hashes bodies as before."""
+    from serializer import sha_lanes
+    _stream_hasher()
+    compile_streams = sha_lanes.compile_streams
+
+    def wrong(leaf):
+        right = compile_streams(leaf)
+
+        def leaves(body, size, nodes):
+            done = right.leaves(body, size, nodes)
+            nodes[:1] ^= 1
+            return done
+        return right._replace(leaves=leaves)
+    monkeypatch.setattr(sha_lanes, "compile_streams", wrong)
+    h = sha._compile_hasher()
+    assert h is not None and h.streams is None
+
+
+def test_no_streams_where_llvm_cannot_compile_them(monkeypatch):
+    """An LLVM without the SHA intrinsics, or a CPU without them, raises while compiling: no streams."""
+    from serializer import sha_lanes
+
+    def fails(binding, module):
+        raise RuntimeError("LLVM ERROR: Cannot select: intrinsic %llvm.x86.sha256rnds2")
+    monkeypatch.setattr(sha_lanes, "_engine", fails)
+    assert sha_lanes.compile_streams(hashing.LEAF) is None
 
 
 @settings(max_examples=80, deadline=None)
