@@ -3,6 +3,7 @@ and messages that say what is wrong in words."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import json
 import os
@@ -275,6 +276,17 @@ def test_the_package_api_loads_on_first_use():
     assert set(cvmvm.__all__) <= set(dir(cvmvm))
     with pytest.raises(AttributeError, match="no attribute 'frobnicate'"):
         getattr(cvmvm, "frobnicate")
+
+
+def test_the_package_api_is_typed_as_it_loads():
+    """The names imported for type checkers (``if TYPE_CHECKING:``) are the names the package loads
+    on first use, each from the same module: a name in one list only would lose its type, or be
+    typed from elsewhere."""
+    tree = ast.parse((Path(cvmvm.__file__)).read_text("utf-8"))
+    (block,) = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    typed = {alias.asname or alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom)
+             for alias in node.names}
+    assert typed == cvmvm._API
 
 
 # -- messages --------------------------------------------------------------------------------
