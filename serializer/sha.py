@@ -332,21 +332,24 @@ def _compile_hasher() -> Hasher | None:
 def _compile_lanes() -> Any:
     """serializer.sha_lanes' commitments and trees of sixteen items at a time, where this CPU
     makes them faster than libcrypto's one at a time; None elsewhere."""
-    try:
-        from serializer import sha_lanes
-    except Exception:   # numba and llvmlite import here (compile_function did), but stay safe if not
-        return None
-    return sha_lanes.compile_lanes(LEAF, INNER) if sha_lanes.fast_here() else None
+    lanes = _sha_lanes()
+    return lanes.compile_lanes(LEAF, INNER) if lanes is not None and lanes.fast_here() else None
 
 
 def _compile_streams() -> Any:
     """serializer.sha_lanes' chunk leaves four at a time through SHA-NI, where this CPU has it;
     None elsewhere."""
+    lanes = _sha_lanes()
+    return lanes.compile_streams(LEAF) if lanes is not None and lanes.sha_here() else None
+
+
+def _sha_lanes() -> Any:
+    """serializer.sha_lanes, or None where it cannot be imported."""
     try:
         from serializer import sha_lanes
-    except Exception:   # as in _compile_lanes
+    except Exception:   # numba and llvmlite import here (compile_function did), but stay safe if not
         return None
-    return sha_lanes.compile_streams(LEAF) if sha_lanes.sha_here() else None
+    return sha_lanes
 
 
 def _known_answers(h: Hasher, count: int = 3) -> bool:

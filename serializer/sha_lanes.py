@@ -664,20 +664,20 @@ def _scratch(longest: int) -> np.ndarray:
 def fast_here() -> bool:
     """Whether this CPU has 512-bit vectors, where sixteen lanes beat libcrypto's SHA-NI (and is
     little-endian, as the words' byte swaps assume; every such CPU is)."""
-    try:
-        from llvmlite import binding
-        features = binding.get_host_cpu_features()
-    except Exception:   # llvmlite without the query, or a CPU it cannot name: not known fast
-        return False
-    return sys.byteorder == "little" and bool(features.get("avx512f")) and bool(features.get("avx512vl"))
+    return _has("avx512f", "avx512vl")
 
 
 def sha_here() -> bool:
     """Whether this CPU has the SHA extensions (x86's SHA-NI), which ``compile_streams`` needs (and
     is little-endian, as every such CPU is)."""
+    return _has("sha", "ssse3")
+
+
+def _has(*wanted: str) -> bool:
+    """Whether this CPU is little-endian and LLVM names every feature ``wanted`` on it."""
     try:
         from llvmlite import binding
         features = binding.get_host_cpu_features()
     except Exception:   # llvmlite without the query, or a CPU it cannot name: not known to have them
         return False
-    return sys.byteorder == "little" and bool(features.get("sha")) and bool(features.get("ssse3"))
+    return sys.byteorder == "little" and all(features.get(name) for name in wanted)
