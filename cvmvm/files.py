@@ -189,7 +189,10 @@ def read_by_head(path: PathLike, what: str, limit_of: Callable[[bytes], tuple[in
 NPY_MAGIC = b"\x93NUMPY"
 MAX_NPY_HEADER = 10_000
 NPY_KEYS = {"descr", "fortran_order", "shape"}
-_SIMPLE_DESCR = re.compile(r"[<>|=][biuf][0-9]{1,2}")   # bool, integers, floats: all a VM input can be
+# Bool, integers, floats: all a VM input can be.  A multi-byte type names its byte order: numpy
+# reads '|i4' and '=i4' in the host's, so the same file would be two tensors on two machines.
+_SIMPLE_DESCR = re.compile(r"[<>|=][biu]1|[<>](?:[iu][248]|f[248])")
+_ORDERLESS_DESCR = re.compile(r"[|=][iuf][248]")
 _LONG_NUMBER = re.compile(r"[0-9]{20}")   # longer than any valid dimension (< 2^64)
 # A number token: a digit not inside a name or another number ('<i4' holds a letter's digit).
 _NUMBER = re.compile(r"(?<![\w.])[0-9][\w.]*")
@@ -245,13 +248,11 @@ def _npy_header(f: BinaryIO, path: PathLike) -> tuple[np.dtype, tuple[int, ...],
         raise MalformedError("npy", f"{path}: object arrays are not accepted (their data is pickled)")
     # Only the simple descriptors numpy writes for these kinds ('<i4', '|b1', '>f8'): np.dtype()
     # of an arbitrary string can raise almost anything (',i8' is a SyntaxError).
+    if _ORDERLESS_DESCR.fullmatch(descr):
+        raise bad(f"descr {descr!r} names no byte order ('<' or '>')")
     if not _SIMPLE_DESCR.fullmatch(descr):
         raise InputError("dtype", f"{path}: dtype {descr[:40]!r} is not a bool, integer or float dtype")
-    try:
-        dtype = np.dtype(descr)
-    except TypeError:
-        raise bad(f"descr {descr!r} is not a numpy dtype") from None
-    return dtype, shape, fortran
+    return np.dtype(descr), shape, fortran
 
 
 def read_npy(path: PathLike, limit: int = MAX_FILE_BYTES) -> np.ndarray:

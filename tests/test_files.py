@@ -157,7 +157,15 @@ def npy(tmp_path: Path, header: str | bytes, data: bytes = b"", version: int = 1
     ("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", b"\0" * 8, "malformed.npy"),
     ("{'descr': 'zz', 'fortran_order': False, 'shape': (1,), }", b"", "input.dtype"),
     ("{'descr': ',i8', 'fortran_order': True, 'shape': (2, 3), }", b"\0" * 48, "input.dtype"),  # np.dtype: SyntaxError
-    ("{'descr': '<i16', 'fortran_order': False, 'shape': (1,), }", b"\0" * 16, "malformed.npy"),
+    # not a VM dtype the same way on every host ('<f16' is float128 where numpy has it, else no dtype)
+    ("{'descr': '<i16', 'fortran_order': False, 'shape': (1,), }", b"\0" * 16, "input.dtype"),
+    ("{'descr': '<f16', 'fortran_order': False, 'shape': (1,), }", b"\0" * 16, "input.dtype"),
+    ("{'descr': '<b2', 'fortran_order': False, 'shape': (1,), }", b"\0" * 2, "input.dtype"),
+    # a multi-byte dtype without a byte order: numpy reads it in the host's, so it is no one tensor
+    ("{'descr': '|i4', 'fortran_order': False, 'shape': (1,), }", b"\0\0\0\1", "malformed.npy"),
+    ("{'descr': '=i4', 'fortran_order': False, 'shape': (1,), }", b"\0\0\0\1", "malformed.npy"),
+    ("{'descr': '|f8', 'fortran_order': False, 'shape': (1,), }", b"\0" * 8, "malformed.npy"),
+    ("{'descr': '=u2', 'fortran_order': False, 'shape': (1,), }", b"\0" * 2, "malformed.npy"),
     ("{'descr': '<U3', 'fortran_order': False, 'shape': (1,), }", b"\0" * 12, "input.dtype"),
     # bad headers: each one clean line (they gave 3-line messages, TypeError, tokenizer errors)
     ("{'descr': '<i4', 'fortran_order': False, 'shape': (2,3 }", b"", "malformed.npy"),
@@ -253,6 +261,10 @@ def test_a_huge_graph_json_is_refused_from_its_size_before_it_is_read(capsys, tm
     np.arange(6, dtype=np.int32).reshape(2, 3),
     np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4)),
     np.arange(5, dtype=">i4"),
+    np.arange(-3, 3, dtype=np.int8),
+    np.arange(3, dtype=">u2"),
+    np.arange(3, dtype="<u8"),
+    np.array([-1.5, 0.25], dtype=">f2"),
     np.array([True, False]),
     np.zeros((0, 3), dtype=np.uint8),
     np.float32(2.5) * np.ones(()),
@@ -264,6 +276,13 @@ def test_read_npy_reads_what_numpy_writes(tmp_path, value):
             np.lib.format.write_array(f, value, version=version, allow_pickle=False)
         got = files.read_npy(path)
         assert got.dtype == value.dtype and got.shape == value.shape and np.array_equal(got, value)
+
+
+def test_a_one_byte_dtype_needs_no_byte_order(tmp_path):
+    for descr in ("|i1", "=i1", "<u1", "|b1"):
+        got = files.read_npy(npy(tmp_path, "{'descr': '%s', 'fortran_order': False, 'shape': (2,), }" % descr,
+                                 b"\xff\x01"))
+        assert got.tolist() == ([-1, 1] if "i" in descr else [255, 1] if "u" in descr else [True, True])
 
 
 # -- outputs checked before the work -------------------------------------------------

@@ -517,7 +517,7 @@ def lower_max_pool(ctx: Lowering, node: Node) -> None:
 
 def real_taps(size: int, k: int, s: int, begin: int, out: int) -> np.ndarray:
     """Per output position of one axis, how many of its k taps fall inside [0, size)."""
-    start = np.arange(out) * s - begin
+    start = np.arange(out, dtype=np.int64) * s - begin
     return np.minimum(start + k, size) - np.maximum(start, 0)
 
 
