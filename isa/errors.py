@@ -93,6 +93,7 @@ CODES: dict[str, str] = {
     "usage.conflict": "options that do not go together (--sign without --receipt, --params with a native model, ...)",
     "usage.missing_extra": "a command that needs an optional extra that is not installed (import-onnx: cvmvm[onnx], "
                            "replay --ray: cvmvm[ray])",
+    "usage.ray_cluster": "replay --ray: no Ray cluster at the address (or RAY_ADDRESS), or Ray could not start one",
     "usage.ray_worker": "replay --ray: a Ray worker that cannot import cvmvm (install it on every node)",
     "malformed.kind": "a file of another kind than the command reads (a receipt given as a model, ...)",
     "malformed.native": "a native model (.cvm) that does not decode",
@@ -100,7 +101,7 @@ CODES: dict[str, str] = {
     "malformed.graph_json": "a Cortex graph JSON that does not parse or has the wrong structure",
     "malformed.attr": "a Cortex op_attrs string that does not parse",
     "malformed.params": "a Cortex params binary that does not decode",
-    "malformed.npy": "a .npy file that does not decode (or holds objects)",
+    "malformed.npy": "a .npy file that does not decode, holds objects, or gives a multi-byte dtype no byte order (`=i4`)",
     "malformed.receipt": "a receipt that does not decode",
     "malformed.txs": "a transaction file or record that does not decode, or a file whose framing is broken",
     "malformed.txs_version": ("a transaction file of another version (versions 1 to 3: cvmvm tx convert), or "
@@ -125,7 +126,6 @@ CODES: dict[str, str] = {
     "invalid.onnx_shape": "import-onnx: a dynamic dimension without --input-shape, or a shape the model contradicts",
     "invalid.onnx_input": "import-onnx: a model input that is not float",
     "invalid.onnx_weight": "import-onnx: NaN or infinity in a constant",
-    "invalid.onnx_option": "import-onnx: --bits, --weight-bits or --output-bits out of range",
     "input.name": "an input the model does not take, or one it takes missing",
     "input.shape": "an input of the wrong shape",
     "input.dtype": "an input of the wrong dtype (or not an array)",

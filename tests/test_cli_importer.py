@@ -69,7 +69,7 @@ def test_run_takes_floats_and_dequantizes(capsys, tmp_path):
 
 @pytest.mark.parametrize("model, edit, family", [
     ("digits_mlp", ["--calibrate", str(DIGITS / "test_labels.npy")], "input"),     # labels: wrong shape
-    ("digits_mlp", ["--bits", "9"], "invalid"),
+    ("digits_mlp", ["--bits", "9"], "usage"),
     ("digits_cnn", ["--input-shape", "nope=1,64"], "invalid"),
 ])
 def test_import_errors_are_one_line_and_write_nothing(capsys, tmp_path, model, edit, family):
@@ -118,6 +118,15 @@ def test_an_empty_or_complex_initializer_is_not_an_internal_bug(capsys, tmp_path
                                   [numpy_helper.from_array(weight, "w")])
     assert status == EXIT_CODES["invalid"] and code in err
     assert not (tmp_path / "m.cvm").exists()
+
+
+@pytest.mark.parametrize("option", [["--bits", "1"], ["--weight-bits", "9"], ["--output-bits", "32"]])
+def test_bits_out_of_range_fail_before_any_file_is_read(capsys, tmp_path, option):
+    code = main(["import-onnx", str(tmp_path / "none.onnx"), "--calibrate", str(tmp_path / "none.npy"),
+                 "-o", str(tmp_path / "m.cvm"), *option])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE and err.startswith("cvmvm: error usage.argument:") and err.count("\n") == 1
+    assert os.listdir(tmp_path) == []
 
 
 def test_missing_output_directory_fails_before_calibrating(capsys, tmp_path):

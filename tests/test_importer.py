@@ -448,7 +448,7 @@ def test_non_float_input_is_refused():
 @pytest.mark.parametrize("options", [dict(bits=9), dict(bits=1), dict(weight_bits=0), dict(output_bits=32),
                                      dict(bits=True)])
 def test_options_out_of_range(options):
-    assert code_of(lambda: Options(**options))[0] == "invalid.onnx_option"
+    assert code_of(lambda: Options(**options))[0] == "usage.argument"
 
 
 @pytest.mark.parametrize("opset", [10, 13])
@@ -702,7 +702,7 @@ def test_shapes_as_lists_of_ints_are_accepted():
 
 
 @pytest.mark.parametrize("call, code", [
-    (lambda: Options(output_bits=10 ** 5000), "invalid.onnx_option"),
+    (lambda: Options(output_bits=10 ** 5000), "usage.argument"),
     (lambda: import_onnx(DYNAMIC, det("h", (2, 4)), batch=10 ** 5000, input_shapes=None), "invalid.onnx_shape"),
     (lambda: import_onnx(DYNAMIC, det("h", (2, 4)), input_shapes={"x": (10 ** 5000, 4)}), "invalid.onnx_shape"),
 ])

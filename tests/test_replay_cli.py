@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -443,3 +444,33 @@ def test_progress_bar_on_a_terminal_unless_quiet(demo, monkeypatch, quiet):
         assert shown == ""
     else:
         assert "3.00k/3.00k" in shown and "tx/s" in shown and "mismatch" in shown and " error" in shown
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("address, says", [
+    (None, "nothing answers there"),               # a closed port: Ray alone tries for about 14 minutes
+    ("no-port-here", "not HOST:PORT"),
+    ("127.0.0.1:99999", "not HOST:PORT"),
+    ("127.0.0.1:", "not HOST:PORT"),
+])
+def test_ray_at_an_address_with_no_cluster_fails_at_once(demo, address, says):
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'cvmvm[ray]')")
+    address = address or f"127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    run = _cli(*_replay(demo, f"--ray={address}"))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("cvmvm: error usage.ray_cluster:") and says in run.stderr and address in run.stderr
+    assert time.monotonic() - start < 120 and run.stdout == ""
+
+
+def test_ray_auto_with_no_cluster_is_one_line_not_a_bug(demo, tmp_path):
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'cvmvm[ray]')")
+    # Ray finds a running cluster through files under its temporary directory: an empty one has none.
+    run = _cli(*_replay(demo, "--ray=auto"), env={**os.environ, "RAY_TMPDIR": str(tmp_path), "TMPDIR": str(tmp_path)})
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("cvmvm: error usage.ray_cluster:") and "ConnectionError" in run.stderr

@@ -39,6 +39,7 @@ def cmd_import_onnx(args: argparse.Namespace) -> Reply:
         from cvmvm.importer import Options, import_onnx
     except ImportError:
         raise UsageError("missing_extra", MISSING_EXTRA) from None
+    options = Options(bits=args.bits, weight_bits=args.weight_bits, output_bits=args.output_bits)
     # -o is checked before calibrating, not after (cvmvm.files.Outputs).
     calibrate = args.calibrate if len(args.calibrate) == 1 and "=" not in args.calibrate[0] else \
         [path for _, path in input_specs(args.calibrate, "--calibrate")]
@@ -49,7 +50,6 @@ def cmd_import_onnx(args: argparse.Namespace) -> Reply:
     eval_data = eval_labels = None
     if args.eval:
         eval_data, eval_labels = read_input(args.eval[0]), read_input(args.eval[1])
-    options = Options(bits=args.bits, weight_bits=args.weight_bits, output_bits=args.output_bits)
     try:
         result = import_onnx(args.model, calibration, eval_data=eval_data, eval_labels=eval_labels, batch=args.batch,
                              input_shapes=input_shapes, options=options, progress=not args.json)

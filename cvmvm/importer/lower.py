@@ -23,7 +23,7 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from isa.errors import InvalidError, shown
+from isa.errors import InvalidError, UsageError, shown
 from isa.types import MAX_PRECISION, bitlen, precision_bound, round_half_away
 from serializer.model import Model
 from cvmvm.importer import floateval as fe
@@ -47,7 +47,7 @@ class Options:
             value = getattr(self, name)
             if type(value) is not int or not lo <= value <= hi:
                 # shown: repr of an integer of more than 4,300 digits raises ValueError.
-                raise InvalidError("onnx_option", f"{name}={shown(value)} must be an integer in [{lo}, {hi}]")
+                raise UsageError("argument", f"{name}={shown(value)} must be an integer in [{lo}, {hi}]")
 
 
 @dataclass(frozen=True)

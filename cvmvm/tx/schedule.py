@@ -22,6 +22,7 @@ import os
 import queue
 import select
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -204,6 +205,48 @@ def ray_missing() -> CvmError:
     return UsageError("missing_extra", "--ray needs Ray: install the extra with `pip install 'cvmvm[ray]'`")
 
 
+RAY_PROBE_SECONDS = 10.0
+RAY_CONNECT_ATTEMPTS = "2"
+
+
+def _probe_ray(address: str) -> None:
+    """A host:port where nothing answers fails here in seconds: Ray itself tries for about 14 minutes
+    (20 attempts of some 41 s each, Ray 2.60) before it gives up."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError("ray_cluster", f"--ray {address[:200]!r}: not HOST:PORT (a cluster's GCS address)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_SECONDS).close()
+    except (OSError, UnicodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise UsageError("ray_cluster", f"--ray {address[:200]}: nothing answers there ({reason})") from None
+
+
+def _ray_init(ray: Any, address: str) -> None:
+    """Ray's own start-up, every failure of it one ``usage.ray_cluster``; an address where something
+    answers that is not a Ray cluster is given RAY_CONNECT_ATTEMPTS attempts, not Ray's twenty."""
+    joining = address not in ("local", "auto") and not address.startswith("ray://")
+    if joining:
+        _probe_ray(address)
+    override = "RAY_gcs_server_port_wait_time_s"
+    before = os.environ.get(override)
+    if joining and before is None:
+        os.environ[override] = RAY_CONNECT_ATTEMPTS
+    try:
+        ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    except Exception as e:
+        ray.shutdown()
+        text = str(e).strip().splitlines()
+        raise UsageError("ray_cluster", f"--ray {address[:200]}: Ray could not start or join a cluster there "
+                                        f"({type(e).__name__}: {text[0][:300] if text else ''})") from None
+    except BaseException:
+        ray.shutdown()
+        raise
+    finally:
+        if joining and before is None:
+            os.environ.pop(override, None)
+
+
 class Ray:
     """Tasks on a Ray cluster: each model put once in the object store (so it reaches each
     node once), at most two tasks per CPU in flight, completed tasks taken with ray.wait.
@@ -219,13 +262,8 @@ class Ray:
         self.started = not ray.is_initialized()
         if self.started:
             terminate = signal.getsignal(signal.SIGTERM)
-            try:
-                # Never an unnamed cluster that merely runs on this machine: the one asked for, else a new one.
-                ray.init(address=opts.ray or os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
-                         logging_level=logging.ERROR, log_to_driver=False)
-            except BaseException:
-                ray.shutdown()
-                raise
+            # Never an unnamed cluster that merely runs on this machine: the one asked for, else a new one.
+            _ray_init(ray, opts.ray or os.environ.get("RAY_ADDRESS") or "local")
             # ray.init sets SIGTERM handlers of its own (sys.exit(15), or a teardown and exit 1): a handler
             # the host had set (the command line's, which ends a replay as Ctrl-C does, shutting this
             # Ray down) is put back.

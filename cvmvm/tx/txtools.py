@@ -6,7 +6,7 @@ file or the new one, never a mix.  A transaction carries its inputs as the
 program reads them (the model's dtype, int32 values within precision), so
 ``add`` stores the prepared inputs, not the caller's arrays.
 
-``generate`` writes OUT/store/ (a model store holding the model), OUT/txs.cvmtx (the
+tx demo N OUT writes OUT/store/ (a model store holding the model), OUT/txs.cvmtx (the
 transactions), OUT/expected.json (which transactions are bad, how, and what
 replay must report for them) and, when signed, OUT/signer.pub (the raw public
 key every receipt is signed with).
