@@ -340,6 +340,13 @@ def _stat(path: PathLike) -> os.stat_result | None:
         return None
 
 
+def _lstat(path: PathLike) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -454,6 +461,16 @@ def _pending(directory: str) -> list[tuple[str, dict[str, Any] | None]]:
 
 def _finish(record_path: str, record: dict[str, Any] | None) -> None:
     """Complete a killed unit whose commit point exists; undo any other.  Caller holds every lock."""
+    try:
+        _finish_unit(record_path, record)
+    except OSError as e:
+        # Named as what it is, not as the output of the command that found it.
+        reason = _reason(e)
+        raise IOFailure(reason or "write", f"cannot finish the interrupted write that {record_path} records: "
+                                           f"{e.filename or record_path}: {e.strerror or e}") from None
+
+
+def _finish_unit(record_path: str, record: dict[str, Any] | None) -> None:
     if record is None:
         if os.path.lexists(record_path):
             os.unlink(record_path)
@@ -654,7 +671,7 @@ class Outputs:
         try:
             with _locked(dirs):
                 self._commit_locked(dirs)
-        except OSError as e:   # locking, or finishing what a killed command left
+        except OSError as e:   # locking, or removing what a killed command left
             what, given = self._given(min(self._data)) if self._data else self._dirs[dirs[0]][:2]
             raise write_failure(e, what, given) from None
 
@@ -666,6 +683,14 @@ class Outputs:
         renames = [(os.path.join(os.path.dirname(p), temp_name(os.path.basename(p), token)), p)
                    for p in sorted(self._data)]
         records = [os.path.join(d, record_name(token)) for d in dirs]
+        # A final name that is a directory now (an output directory's files are named only here, and
+        # a declared file may have become one) would fail its rename after the commit point and leave
+        # the unit to every later command's recovery: refused before anything is written.
+        for final in [f for _, f in renames] + removes:
+            st = _stat(final) if final in self._data else _lstat(final)
+            if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                what, given = self._given(final)
+                raise IOFailure("not_regular", f"cannot write {what} {given}: it is a {file_kind(st.st_mode)}")
         written: list[str] = []   # what to remove if the unit fails before its commit point
         committed = False
         current = self._given(renames[0][1]) if renames else self._dirs[dirs[0]][:2]

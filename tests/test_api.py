@@ -111,6 +111,10 @@ def test_a_graph_json_path_is_read_under_the_graph_limit(tmp_path, monkeypatch):
     (lambda m: cvmvm.load(m.canonical_bytes, ops_limit=True), "usage.argument"),
     (lambda m: cvmvm.load(m.canonical_bytes, ops_limit=1000), "limit.ops"),
     (lambda m: cvmvm.load(m.canonical_bytes, b"params"), "usage.conflict"),
+    # bytes that are no model are malformed with params as without (they were called a native model)
+    (lambda m: cvmvm.load(b"[]", b"params"), "malformed.native"),
+    (lambda m: cvmvm.load(b"\xef\xbb\xbf{}", b"params"), "malformed.native"),
+    (lambda m: cvmvm.load(b"\x00\x01garbage", b"params"), "malformed.native"),
     (lambda m: cvmvm.load_cortex(42), "usage.argument"),
     (lambda m: m.run(None), "usage.argument"),
     (lambda m: m.run([IMAGES[0]]), "usage.argument"),

@@ -37,6 +37,11 @@ MISTAKES = [
     (["verify", "{d}/digits.cvm", "--ops-limit", "-5"], "usage.argument"),
     (["verify", "{d}/digits.cvm", "--ops-limit", "0"], "usage.argument"),
     (["verify", "{d}/digits.cvm", "--ops-limit", "many"], "usage.argument"),
+    (["verify", "{d}/digits.cvm", "--ops-limit", "\u0661\u0662\u0663\u0664\u0665\u0666"], "usage.argument"),  # int() reads them
+    (["verify", "{d}/digits.cvm", "--memory-limit", "\u0661\u0662G"], "usage.argument"),
+    (["verify", "{d}/digits.cvm", "--work-limit", "\u0661e9"], "usage.argument"),
+    (["hash", "{d}/image0.npy", "--precision", "0"], "usage.argument"),
+    (["hash", "{d}/image0.npy", "--precision", "33"], "usage.argument"),
     (["verify", "{d}/digits.cvm", "--params", "{d}/digits.params"], "usage.conflict"),
     (["run", "{d}/digits.cvm", "--input", "{d}/image0.npy"], "usage.argument"),
     (["run", "{d}/digits.cvm", "--input", "=x.npy"], "usage.argument"),

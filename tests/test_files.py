@@ -526,6 +526,54 @@ def test_recovery_of_a_unit_named_in_another_directory(tmp_path):
     assert _state(tmp_path) == {**_expected(tmp_path, b"new ", 1), "b/other": b"z"}
 
 
+@pytest.mark.parametrize("blocked", ["b/o/output_1.npy", "b/o/output_7.npy", "a/r.bin"])
+def test_a_final_name_that_is_a_directory_is_refused_before_anything_is_written(tmp_path, blocked):
+    """An output directory's file (written or stale), or a declared file that became a directory
+    after it was declared: refused under the lock, not by a rename after the commit point, which
+    left the unit pending and every later write into the directory failing."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _unit(tmp_path, b"old ", 3).commit()
+    old = _state(tmp_path)
+    unit = _unit(tmp_path, b"new ", 2)
+    (tmp_path / blocked).unlink(missing_ok=True)
+    (tmp_path / blocked).mkdir()
+    with pytest.raises(CvmError) as e:
+        unit.commit()
+    assert e.value.code == "io.not_regular" and blocked.split("/")[-1] in e.value.message
+    assert _state(tmp_path) == {k: v for k, v in old.items() if k != blocked}
+    assert not [p for p in tmp_path.rglob("*") if files.is_own_temp(p.name) or ".commit" in p.name]
+    (tmp_path / blocked).rmdir()
+    _unit(tmp_path, b"new ", 2).commit()
+    assert _state(tmp_path) == _expected(tmp_path, b"new ", 2)
+
+
+def test_a_killed_unit_that_cannot_be_finished_is_named_as_such(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _unit(tmp_path, b"old ", 1).commit()
+    pid = os.fork()
+    if pid == 0:
+        real = os.replace
+
+        def replace(src, dst):
+            if not str(src).endswith(".commit") and ".cvmvm-" in str(src) and "x.bin" in str(dst):
+                os._exit(99)          # after the commit point, before b/x.bin is renamed
+            return real(src, dst)
+        os.replace = replace
+        try:
+            _unit(tmp_path, b"new ", 1).commit()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    (tmp_path / "b" / "x.bin").unlink()
+    (tmp_path / "b" / "x.bin").mkdir()           # in the way of the rename recovery must do
+    with pytest.raises(CvmError) as e:
+        files.write_file(tmp_path / "b" / "other", b"z", "other")
+    assert e.value.code == "io.not_regular" and "interrupted write" in e.value.message
+    assert ".commit" in e.value.message and "x.bin" in e.value.message and "other" not in e.value.message
+
+
 def test_a_planted_commit_record_is_ignored(tmp_path):
     victim = tmp_path / "victim"
     victim.write_bytes(b"keep")

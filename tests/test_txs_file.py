@@ -383,6 +383,25 @@ def test_tx_add_builds_and_extends_a_file_from_real_runs(capsys, tmp_path, store
     assert code == 1 and info["results"][2]["fields"] == ["inputs", "output_hash", "trace_root"]
 
 
+def test_tx_add_and_convert_name_a_file_of_another_kind(capsys, tmp_path):
+    """A model or a receipt where a transaction file is read is malformed.kind, as replay says,
+    not a transaction file with a broken header; the file is left as it was."""
+    model = mlp_model()
+    (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
+    np.save(tmp_path / "x.npy", np.array([[1, 2, 3, 4]], dtype=np.int32))
+    code, _ = cli_json(capsys, ["run", str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'x.npy'}",
+                                "--receipt", str(tmp_path / "r.bin")])
+    assert code == 0
+    for other, kind in (("m.cvm", "native model"), ("r.bin", "receipt")):
+        before = (tmp_path / other).read_bytes()
+        for argv in (["tx", "add", str(tmp_path / other), "--model", str(tmp_path / "m.cvm"),
+                      "--input", f"x={tmp_path / 'x.npy'}"],
+                     ["tx", "convert", str(tmp_path / other), str(tmp_path / "new.cvmtx")]):
+            code, info = cli_json(capsys, argv)
+            assert code == 3 and info["error"] == "malformed.kind" and kind in info["message"], info
+        assert (tmp_path / other).read_bytes() == before and not (tmp_path / "new.cvmtx").exists()
+
+
 def test_a_record_of_empty_maps_is_refused_before_it_is_unpacked(monkeypatch):
     # 64 KiB of them would unpack into 4.7 MB of dicts (a 50 MiB record: 3.6 GB).
     monkeypatch.setattr(transactions.msgpack, "unpackb", lambda *a, **k: pytest.fail("unpacked"))

@@ -46,9 +46,11 @@ def int_at_least(low: int) -> Callable[[str], int]:
     """An argparse type: an integer of at least ``low``."""
     def parse(text: str) -> int:
         try:
+            if not text.isascii():   # int() reads any script's digits
+                raise ValueError(text)
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"{value} must be at least {low}")
         return value
@@ -135,7 +137,7 @@ def ops_limit_arg(p: argparse.ArgumentParser) -> None:
                    help="reject the model if it costs more ops than this")
 
 
-_SIZE = re.compile(r"(\d[\d_]*)\s*(|k|m|g|t)(i?b)?", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9][0-9_]*)\s*(|k|m|g|t)(i?b)?", re.IGNORECASE)
 _POWERS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
 
 
@@ -151,6 +153,8 @@ def unit_count(text: str) -> int:
     """A positive whole number of work units: 5000000000, 5_000_000_000 or 5e9."""
     mantissa, _, exponent = text.strip().lower().partition("e")
     try:
+        if not text.isascii():
+            raise ValueError(text)
         value = int(mantissa) * 10 ** int(exponent or "0") if 0 <= int(exponent or "0") <= 30 else 0
     except ValueError:
         value = 0

@@ -12,7 +12,7 @@ import numpy as np
 
 from isa.errors import InputError, InternalError, UsageError
 from isa.table import ISA_VERSION
-from isa.types import TensorType
+from isa.types import MAX_PRECISION, TensorType
 from serializer import cortex, kinds
 from serializer.hashing import tensor_commitment
 from serializer.records import receipt as receipt_codec
@@ -24,9 +24,9 @@ from cvmvm.vm.trace import program_layout, tensor_name, trace_to_json
 from cvmvm.vm.verify import NOT_RUN
 from cvmvm.tx import receipt
 from cvmvm.cli import demo
-from cvmvm.cli.common import (EXIT_OK, KEY_FILE_BYTES, Command, Reply, clipping_json, input_arg, limit_args,
-                              json_float, limits_of, load_model, model_args, ops_limit_arg, parse_inputs, path_name, read_input,
-                              read_model, traced, warn_clipping)
+from cvmvm.cli.common import (EXIT_OK, KEY_FILE_BYTES, Command, Reply, clipping_json, input_arg, int_between,
+                              json_float, limit_args, limits_of, load_model, model_args, ops_limit_arg, parse_inputs,
+                              path_name, read_input, read_model, traced, warn_clipping)
 
 TRACE_FORMATS = ("json", "jsonl")
 
@@ -288,7 +288,7 @@ def add_commands(command: Command) -> None:
     p = command("hash", cmd_hash, "print a model's hash and program root, or a .npy tensor's commitment")
     p.add_argument("target", help="native model, Cortex graph JSON (with --params), or TENSOR.npy")
     p.add_argument("--params", help="Cortex params binary")
-    p.add_argument("--precision", type=int, metavar="P",
+    p.add_argument("--precision", type=int_between(1, MAX_PRECISION), metavar="P",
                    help="an int32 tensor's precision (default: the smallest that holds its values)")
 
     p = command("disasm", cmd_disasm, "list a model's instructions with shapes, precisions and costs")

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from isa.errors import CvmError, InputError, MalformedError, UsageError
 from isa.types import precision_bound
+from serializer import kinds
 from serializer.records import transactions
 from serializer.records.receipt import Receipt
 from cvmvm import files
@@ -160,6 +161,8 @@ def append(path: Path, bodies: list[bytes]) -> int:
     if path.exists():
         old = io.BufferedReader(files.open_regular(path, "transaction file")[0], 1 << 20)
     try:
+        if old is not None:   # a receipt or a model is named as such, not as a broken transaction file
+            kinds.expect(old.peek(64)[:64], (kinds.TXS,), str(path))
         with files.output_stream(path, "TXS") as out:
             writer = transactions.TxWriter(out)
             if old is not None:
@@ -188,6 +191,7 @@ def convert(source: Path, target: Path) -> int:
     what = f"transaction file {source}"
     raw, _ = files.open_regular(source, "transaction file")
     with io.BufferedReader(raw, 1 << 20) as f:
+        kinds.expect(f.peek(64)[:64], (kinds.TXS,), str(source))
         version = transactions.file_version(f.read(transactions.HEADER_SIZE), what)
         if version == transactions.TXS_VERSION:
             raise UsageError("argument", f"{source} is already a version {version} transaction file")

@@ -304,6 +304,8 @@ def load(source: Source, params: Source | None = None, *, ops_limit: int | None 
     data, where = _read(source, "model")
     kind = kinds.expect(data, kinds.MODEL, where, "a model (a native model or a Cortex graph JSON)")
     if kind == kinds.NATIVE or (kind is None and data.lstrip()[:1] != b"{"):
+        if params is not None and kind is None:
+            native.decode(data)   # bytes that are no model are malformed as one, with params or without
         if params is not None:
             raise UsageError("conflict", f"{where}: params go with a Cortex graph JSON; this is a native model")
         return Model(verify(native.decode(data), limits), canonical=data)
