@@ -360,9 +360,16 @@ def executor(store: Store, opts: Options) -> Local | Pool | Ray:
 # -- the stream --------------------------------------------------------------------------
 
 def open_txs(path: str | os.PathLike[str]) -> Any:
-    """The transaction file, a regular file (never a fifo or device), read through a buffer."""
+    """The transaction file, a regular file (never a fifo or device), read through a buffer; a
+    file of another kind (a receipt, a model) is ``malformed.kind``, named as what it is."""
     f, _ = files.open_regular(path, "transaction file")
-    return io.BufferedReader(f, READ_BUFFER)
+    buffered = io.BufferedReader(f, READ_BUFFER)
+    try:
+        kinds.expect(buffered.peek(64)[:64], (kinds.TXS,), str(path))
+    except BaseException:
+        buffered.close()
+        raise
+    return buffered
 
 
 def count_hint(path: str | os.PathLike[str]) -> int | None:
@@ -514,9 +521,7 @@ def replay_file(path: str | os.PathLike[str], store: Store, opts: Options = Opti
                 previous: Iterator[Outcome] | None = None) -> Iterator[list[Outcome]]:
     """``replay_records`` over a transaction file, read record by record."""
     check_store(store)
-    f = open_txs(path)
-    with f:
-        kinds.expect(f.peek(64)[:64], (kinds.TXS,), str(path))
+    with open_txs(path) as f:
         yield from replay_records(transactions.iter_records(f, str(path)), store, opts, previous, count_hint(path))
 
 

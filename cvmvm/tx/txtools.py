@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,7 +32,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from isa.errors import CvmError, InputError, MalformedError, UsageError
 from isa.types import precision_bound
-from serializer import kinds
 from serializer.records import transactions
 from serializer.records.receipt import Receipt
 from cvmvm import files
@@ -41,6 +39,7 @@ from cvmvm.vm.api import Model
 from cvmvm.vm.execute import Clipping, prepare_inputs
 from cvmvm.tx import receipt
 from cvmvm.tx.replay import Replayer
+from cvmvm.tx.schedule import open_txs
 from cvmvm.tx.store import Store
 
 BAD_EVERY, BAD_AT = 32, 7
@@ -157,12 +156,8 @@ def transaction_for(model: Model, inputs: dict[str, np.ndarray], claim: Receipt 
 
 def append(path: Path, bodies: list[bytes]) -> int:
     """Write ``path`` with its transactions (if it exists) followed by ``bodies``; return the count."""
-    old = None
-    if path.exists():
-        old = io.BufferedReader(files.open_regular(path, "transaction file")[0], 1 << 20)
+    old = open_txs(path) if path.exists() else None
     try:
-        if old is not None:   # a receipt or a model is named as such, not as a broken transaction file
-            kinds.expect(old.peek(64)[:64], (kinds.TXS,), str(path))
         with files.output_stream(path, "TXS") as out:
             writer = transactions.TxWriter(out)
             if old is not None:
@@ -189,9 +184,7 @@ def convert(source: Path, target: Path) -> int:
     why.
     """
     what = f"transaction file {source}"
-    raw, _ = files.open_regular(source, "transaction file")
-    with io.BufferedReader(raw, 1 << 20) as f:
-        kinds.expect(f.peek(64)[:64], (kinds.TXS,), str(source))
+    with open_txs(source) as f:
         version = transactions.file_version(f.read(transactions.HEADER_SIZE), what)
         if version == transactions.TXS_VERSION:
             raise UsageError("argument", f"{source} is already a version {version} transaction file")
