@@ -191,7 +191,7 @@ MAX_NPY_HEADER = 10_000
 NPY_KEYS = {"descr", "fortran_order", "shape"}
 # Bool, integers, floats: all a VM input can be.  A multi-byte type names its byte order: numpy
 # reads '|i4' and '=i4' in the host's, so the same file would be two tensors on two machines.
-_SIMPLE_DESCR = re.compile(r"[<>|=][biu]1|[<>](?:[iu][248]|f[248])")
+_SIMPLE_DESCR = re.compile(r"[<>|=][biu]1|[<>][iuf][248]")
 _ORDERLESS_DESCR = re.compile(r"[|=][iuf][248]")
 _LONG_NUMBER = re.compile(r"[0-9]{20}")   # longer than any valid dimension (< 2^64)
 # A number token: a digit not inside a name or another number ('<i4' holds a letter's digit).

@@ -501,8 +501,9 @@ def test_a_unit_is_all_old_or_all_new_at_every_crash_point(tmp_path):
     assert outcomes == {"old", "new"} and k > 10, k
 
 
-def test_recovery_of_a_unit_named_in_another_directory(tmp_path):
-    """A killed unit over a/ and b/ is finished by the next unit writing only into b/."""
+def _killed_after_the_commit_point(tmp_path: Path) -> None:
+    """A unit over a/ and b/ (old state committed first) whose writer dies after its commit
+    point, before b/x.bin is renamed: a/ new, b/x.bin old, the unit's record pending."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     _unit(tmp_path, b"old ", 1).commit()
@@ -520,6 +521,11 @@ def test_recovery_of_a_unit_named_in_another_directory(tmp_path):
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+
+
+def test_recovery_of_a_unit_named_in_another_directory(tmp_path):
+    """A killed unit over a/ and b/ is finished by the next unit writing only into b/."""
+    _killed_after_the_commit_point(tmp_path)
     assert (tmp_path / "a" / "t.json").read_bytes() == b"new a/t.json"
     assert (tmp_path / "b" / "x.bin").read_bytes() == b"old b/x.bin"
     files.write_file(tmp_path / "b" / "other", b"z", "other")
@@ -549,23 +555,7 @@ def test_a_final_name_that_is_a_directory_is_refused_before_anything_is_written(
 
 
 def test_a_killed_unit_that_cannot_be_finished_is_named_as_such(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    _unit(tmp_path, b"old ", 1).commit()
-    pid = os.fork()
-    if pid == 0:
-        real = os.replace
-
-        def replace(src, dst):
-            if not str(src).endswith(".commit") and ".cvmvm-" in str(src) and "x.bin" in str(dst):
-                os._exit(99)          # after the commit point, before b/x.bin is renamed
-            return real(src, dst)
-        os.replace = replace
-        try:
-            _unit(tmp_path, b"new ", 1).commit()
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
+    _killed_after_the_commit_point(tmp_path)
     (tmp_path / "b" / "x.bin").unlink()
     (tmp_path / "b" / "x.bin").mkdir()           # in the way of the rename recovery must do
     with pytest.raises(CvmError) as e:
