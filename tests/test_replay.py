@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 
 import functools
 
@@ -348,12 +349,16 @@ def test_ray_gives_the_same_answer(store):
     tight = Limits(work=10)
     reference = schedule.replay(txs, store)
     limited = schedule.replay(txs[-1:], store, limits=tight)
+    # ray.init installs SIGTERM handlers that outlive ray.shutdown; later tests in this process
+    # (test_cli_usage's SIGTERM cases) need the default back.
+    terminate = signal.getsignal(signal.SIGTERM)
     ray.init(num_cpus=2, include_dashboard=False)
     try:
         assert schedule.replay(txs, store, use_ray=True, batch_size=4) == reference
         assert schedule.replay(txs[-1:], store, use_ray=True, limits=tight) == limited
     finally:
         ray.shutdown()
+        signal.signal(signal.SIGTERM, terminate)
     assert reference[3].error == "input.unknown_model"
     assert [(o.status, o.fields, o.error) for o in reference[-3:]] == [
         ("error", (), "input.unknown_model"), ("mismatch", ("signature",), None), ("error", (), "malformed.store_hash")]
