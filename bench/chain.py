@@ -298,8 +298,10 @@ def body_rates(repeat: int) -> None:
         print("\n## a body's chunk tree: no compiled hasher here (numba, libcrypto), hashlib only")
         return
     ways = {"libcrypto, one chunk at a time": fast._replace(lanes=None, streams=None)}
-    if fast.streams is not None:
-        ways["SHA-NI, four streams"] = fast._replace(lanes=None)
+    # The hasher keeps the streams only where it has no lanes: compiled here to compare them.
+    streams = fast.streams if fast.streams is not None else sha._compile_streams()
+    if streams is not None:
+        ways["SHA-NI, four streams"] = fast._replace(lanes=None, streams=streams)
     if fast.lanes is not None:
         ways["AVX-512, sixteen lanes"] = fast._replace(streams=None)
     body = np.random.default_rng(1).integers(0, 256, size=1 << 20, dtype=np.uint8)

@@ -596,7 +596,8 @@ def test_the_hasher_takes_lanes_only_where_they_are_fast(monkeypatch):
 
 @pytest.mark.parametrize("part", ["commit", "fold"])
 def test_the_hasher_drops_lanes_whose_answers_are_not_hashlibs(monkeypatch, part):
-    """Lanes that commit or fold to one wrong byte are not used; the hasher keeps libcrypto."""
+    """Lanes that commit or fold to one wrong byte are not used; the hasher keeps libcrypto, and the
+    streams for a body's chunks where the CPU has SHA-NI."""
     from serializer import sha_lanes
 
     compile_lanes = sha_lanes.compile_lanes
@@ -618,6 +619,7 @@ def test_the_hasher_drops_lanes_whose_answers_are_not_hashlibs(monkeypatch, part
     monkeypatch.setattr(sha_lanes, "compile_lanes", wrong)
     h = sha._compile_hasher()
     assert h is not None and h.lanes is None
+    assert (h.streams is not None) == sha_lanes.sha_here()
 
 
 def test_no_lanes_without_llvm(monkeypatch):
@@ -629,20 +631,44 @@ def test_no_lanes_without_llvm(monkeypatch):
 def test_the_hasher_takes_streams_only_where_the_cpu_has_sha(monkeypatch):
     from serializer import sha_lanes
     _stream_hasher()   # skips where there are none
+    monkeypatch.setattr(sha_lanes, "fast_here", lambda: False)   # no lanes, which would come first
     monkeypatch.setattr(sha_lanes, "sha_here", lambda: False)
     h = sha._compile_hasher()
-    assert h is not None and h.streams is None
+    assert h is not None and h.streams is None and h.lanes is None
     body = np.arange(40 * 4096, dtype=np.int64).astype(np.uint8)
-    assert h.blocks_root(body, 4096) == hashing.blocks_root(body.data, 4096)   # libcrypto's, or the lanes'
+    assert h.blocks_root(body, 4096) == hashing.blocks_root(body.data, 4096)   # libcrypto's
     monkeypatch.setattr(sha_lanes, "sha_here", lambda: True)
     h = sha._compile_hasher()
     assert h is not None and h.streams is not None
+    assert h.blocks_root(body, 4096) == hashing.blocks_root(body.data, 4096)   # the streams'
+
+
+def test_the_hasher_takes_no_streams_where_it_has_the_lanes(monkeypatch):
+    """On a CPU with AVX-512 and SHA-NI a body's chunks go through the lanes (faster there), and the
+    streams are never compiled (lanes that fail their known answers leave them to the streams: below)."""
+    from serializer import sha_lanes
+    _stream_hasher()   # skips without SHA-NI
+    _lane_hasher()
+    compiled = []
+    compile_streams = sha_lanes.compile_streams
+
+    def counted(leaf):
+        compiled.append(leaf)
+        return compile_streams(leaf)
+    monkeypatch.setattr(sha_lanes, "compile_streams", counted)
+    monkeypatch.setattr(sha_lanes, "sha_here", lambda: True)
+    monkeypatch.setattr(sha_lanes, "fast_here", lambda: True)
+    h = sha._compile_hasher()
+    assert h is not None and h.lanes is not None and h.streams is None and not compiled
+    body = np.arange(40 * 4096 + 5, dtype=np.int64).astype(np.uint8)
+    assert h.blocks_root(body, 4096) == hashing.blocks_root(body.data, 4096)
 
 
 def test_the_hasher_drops_streams_whose_answers_are_not_hashlibs(monkeypatch):
     """Streams that hash one chunk to one wrong byte are not used; the hasher hashes bodies as before."""
     from serializer import sha_lanes
     _stream_hasher()
+    monkeypatch.setattr(sha_lanes, "fast_here", lambda: False)   # no lanes, which would come first
     compile_streams = sha_lanes.compile_streams
 
     def wrong(leaf):

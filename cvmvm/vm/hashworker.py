@@ -16,9 +16,9 @@ buffer both processes map, names its blocks on a pipe, and goes on; the
 process sends back each block's root (perf traced: 23 ms).  With numba (the
 ``speed`` extra) the process compiles serializer.sha's hasher before it says it
 is ready and hashes each block in one call from compiled code, instead of a
-hashlib call per chunk: at OpenSSL's rate, or four chunks at a time where the
-CPU has SHA-NI (1.9x OpenSSL's rate), sixteen where it has AVX-512 and not SHA-NI
-(serializer.sha_lanes) (``HashWorker.compiled``).
+hashlib call per chunk: at OpenSSL's rate, or sixteen chunks at a time where the
+CPU has AVX-512 (1.6-2.0x OpenSSL's rate), four where it has SHA-NI and not AVX-512
+(1.9x) (serializer.sha_lanes) (``HashWorker.compiled``).
 
 Only timing depends on it: a block root is ``serializer.hashing.blocks_root`` of
 the same bytes in either process, and every block the process cannot answer (it
