@@ -645,7 +645,8 @@ def test_the_hasher_takes_streams_only_where_the_cpu_has_sha(monkeypatch):
 
 def test_the_hasher_takes_no_streams_where_it_has_the_lanes(monkeypatch):
     """On a CPU with AVX-512 and SHA-NI a body's chunks go through the lanes (faster there), and the
-    streams are never compiled (lanes that fail their known answers leave them to the streams: below)."""
+    streams are never compiled (lanes that fail their known answers leave a body's chunks to the
+    streams: test_the_hasher_drops_lanes_whose_answers_are_not_hashlibs)."""
     from serializer import sha_lanes
     _stream_hasher()   # skips without SHA-NI
     _lane_hasher()
