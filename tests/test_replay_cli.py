@@ -468,6 +468,32 @@ def test_ray_at_an_address_with_no_cluster_fails_at_once(demo, address, says):
     assert time.monotonic() - start < 120 and run.stdout == ""
 
 
+def test_ray_at_an_address_where_something_else_answers_is_one_line(demo):
+    """A socket that listens and is not a Ray cluster: while Ray tries it, its C++ client writes
+    warnings straight to descriptor 2 (six lines with Ray 2.60), and the command still prints its
+    one line.  One attempt (Ray's variable) rather than cvmvm's two, to keep the test short."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'cvmvm[ray]')")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        run = _cli(*_replay(demo, f"--ray={address}"), env={**os.environ, "RAY_gcs_server_port_wait_time_s": "1"})
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith(f"cvmvm: error usage.ray_cluster: --ray {address}: Ray could not start or join")
+    assert run.stdout == ""
+
+
+def test_what_ray_writes_to_descriptor_2_while_it_joins_is_shown_only_when_it_joins(capfd):
+    from cvmvm.tx import schedule
+    with schedule._native_stderr_held():
+        os.write(2, b"written while joining\n")
+    with pytest.raises(ConnectionError), schedule._native_stderr_held():
+        os.write(2, b"written while failing\n")
+        raise ConnectionError
+    os.write(2, b"written after\n")
+    assert capfd.readouterr().err == "written while joining\nwritten after\n"
+
+
 def test_ray_auto_with_no_cluster_is_one_line_not_a_bug(demo, tmp_path):
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'cvmvm[ray]')")
     # Ray finds a running cluster through files under its temporary directory: an empty one has none.

@@ -13,6 +13,7 @@ not load, is the error of each of its transactions without a second try.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -23,6 +24,8 @@ import queue
 import select
 import signal
 import socket
+import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -233,18 +236,45 @@ def _ray_init(ray: Any, address: str) -> None:
     if joining and before is None:
         os.environ[override] = RAY_CONNECT_ATTEMPTS
     try:
-        ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+        with _native_stderr_held() if joining else contextlib.nullcontext():
+            try:
+                ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+            except BaseException:
+                ray.shutdown()
+                raise
     except Exception as e:
-        ray.shutdown()
         text = str(e).strip().splitlines()
         raise UsageError("ray_cluster", f"--ray {address[:200]}: Ray could not start or join a cluster there "
                                         f"({type(e).__name__}: {text[0][:300] if text else ''})") from None
-    except BaseException:
-        ray.shutdown()
-        raise
     finally:
         if joining and before is None:
             os.environ.pop(override, None)
+
+
+RAY_HELD_STDERR_BYTES = 1 << 16
+
+
+@contextlib.contextmanager
+def _native_stderr_held() -> Iterator[None]:
+    """While Ray tries an address, its C++ client writes warnings straight to file descriptor 2
+    (six lines for an address where something answers that is not a Ray cluster), past Python's
+    logging: they are held in a temporary file meanwhile.  Dropped when it fails, since the one-line
+    error says what failed; written to stderr when it succeeds (the first RAY_HELD_STDERR_BYTES)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        joined = False
+        try:
+            yield
+            joined = True
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        if joined:
+            held.seek(0)
+            sys.stderr.write(held.read(RAY_HELD_STDERR_BYTES).decode("utf-8", "replace"))
 
 
 class Ray:
