@@ -142,10 +142,9 @@ class Hasher(NamedTuple):
         count = -(-body.size // size)
         nodes = np.empty(32 * count, dtype=np.uint8)
         ctx = np.empty(_CTX_BYTES, dtype=np.uint8)
-        # Whole chunks sixteen at a time in the lanes where there is AVX-512 (1.8x libcrypto's rate on
-        # an AMD EPYC Zen 4), else four at a time through SHA-NI (1.9x on a Zen 3), then the rest one
-        # by one.  A hasher has one or the other (_compile_hasher).
-        chunks = self.lanes or self.streams
+        # Whole chunks four at a time through SHA-NI or sixteen at a time in the lanes, then the rest
+        # one by one.  A hasher has the streams only where they are the faster way (_compile_hasher).
+        chunks = self.streams or self.lanes
         done = 0 if chunks is None else chunks.leaves(body, size, nodes)
         if (done < count and self.leaves(body[done * size:], size, nodes[32 * done:], ctx) != 0) \
                 or self.tree(nodes, 1, count, ctx) != 0:
@@ -323,10 +322,9 @@ def _compile_hasher() -> Hasher | None:
     # Each addition kept only if its answers are hashlib's: two groups of sixteen and three more,
     # so that the lanes (or streams) and libcrypto both answer.
     for field, compile_ in (("lanes", _compile_lanes), ("streams", _compile_streams)):
-        # The streams only where the lanes are not kept: on a CPU with both, a body's chunks went
-        # faster in the lanes (an Intel Xeon: 0.42 ms a MiB against 0.70 through the streams; a
-        # traced perf run's hashing process 13.9 core-ms against 18.0, docs/BENCHMARKS.md, 2026-12-01).
-        if compiled.lanes is not None:
+        # The streams only where the lanes are not kept, or on a CPU whose SHA-NI outruns its lanes
+        # (sha_lanes.streams_first): the lanes still do everything but a body's chunks.
+        if compiled.lanes is not None and not _streams_first():
             break
         extra = compile_()
         with_extra = compiled._replace(**{field: extra})
@@ -347,6 +345,12 @@ def _compile_streams() -> Any:
     None elsewhere (a hasher with the lanes never asks: ``_compile_hasher``)."""
     lanes = _sha_lanes()
     return lanes.compile_streams(LEAF) if lanes is not None and lanes.sha_here() else None
+
+
+def _streams_first() -> bool:
+    """``serializer.sha_lanes.streams_first``, False where it cannot be imported."""
+    lanes = _sha_lanes()
+    return lanes is not None and lanes.streams_first()
 
 
 def _sha_lanes() -> Any:

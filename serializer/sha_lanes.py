@@ -18,8 +18,11 @@ Where the CPU has the SHA extensions (SHA-NI) and not AVX-512, a body's chunks g
 time through them instead (``compile_streams``): libcrypto uses them too, but one message at a
 time, and each round waits for the one before; four messages interleaved keep the unit busy.  A
 MiB took 0.41 ms so on an AMD EPYC Zen 3 (AVX2, no AVX-512), against libcrypto's 0.76
-(bench/chain.py).  Where there is AVX-512 too, the lanes were faster: 0.42 ms against the
-streams' 0.70 on an Intel Xeon.
+(bench/chain.py).  Where there is AVX-512 too, which is faster depends on the CPU's kind
+(``streams_first``): the lanes on Intel's (0.42 ms against the streams' 0.70 on a Xeon, 0.33
+against 0.56 on a Rocket Lake Xeon), the streams on AMD's Zen 4, whose SHA-NI is fast and
+whose AVX-512 runs on 256-bit units (0.30 against the lanes' 0.37); there the lanes still hash
+the commitments and trace trees of many items.
 
 What is hand-written is SHA-256 (FIPS 180-4: padding, section 5.1.1; the compression,
 section 6.2.2) over vectors, as LLVM IR built with llvmlite and compiled by LLVM for this CPU,
@@ -673,6 +676,21 @@ def sha_here() -> bool:
     """Whether this CPU has the SHA extensions (x86's SHA-NI), which ``compile_streams`` needs (and
     is little-endian, as every such CPU is)."""
     return _has("sha", "ssse3")
+
+
+def streams_first() -> bool:
+    """Whether a body's chunks go faster through the SHA-NI streams than in the lanes on this CPU,
+    decided by its kind, never by a timing (which would differ run to run): on AMD's Zen (LLVM's
+    ``znver``), whose SHA-NI is fast and whose AVX-512 runs on 256-bit units, a Zen 4 took 0.30 ms
+    a MiB so against the lanes' 0.37; Intel Xeons 0.70 against 0.42 and 0.56 against 0.33
+    (docs/BENCHMARKS.md, 2026-12-01 and 2026-12-02).  A Zen without AVX-512 has no lanes to
+    weigh: its streams were the only fast way already."""
+    try:
+        from llvmlite import binding
+        name = binding.get_host_cpu_name()
+    except Exception:   # llvmlite without the query: the lanes, as on every CPU not named here
+        return False
+    return sha_here() and name.startswith("znver")
 
 
 def _has(*wanted: str) -> bool:

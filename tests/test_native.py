@@ -644,9 +644,10 @@ def test_the_hasher_takes_streams_only_where_the_cpu_has_sha(monkeypatch):
 
 
 def test_the_hasher_takes_no_streams_where_it_has_the_lanes(monkeypatch):
-    """On a CPU with AVX-512 and SHA-NI a body's chunks go through the lanes (faster there), and the
-    streams are never compiled (lanes that fail their known answers leave a body's chunks to the
-    streams: test_the_hasher_drops_lanes_whose_answers_are_not_hashlibs)."""
+    """On a CPU with AVX-512 and SHA-NI whose lanes outrun its SHA-NI (every one but AMD's Zen:
+    sha_lanes.streams_first) a body's chunks go through the lanes, and the streams are never
+    compiled (lanes that fail their known answers leave a body's chunks to the streams:
+    test_the_hasher_drops_lanes_whose_answers_are_not_hashlibs)."""
     from serializer import sha_lanes
     _stream_hasher()   # skips without SHA-NI
     _lane_hasher()
@@ -659,10 +660,65 @@ def test_the_hasher_takes_no_streams_where_it_has_the_lanes(monkeypatch):
     monkeypatch.setattr(sha_lanes, "compile_streams", counted)
     monkeypatch.setattr(sha_lanes, "sha_here", lambda: True)
     monkeypatch.setattr(sha_lanes, "fast_here", lambda: True)
+    monkeypatch.setattr(sha_lanes, "streams_first", lambda: False)
     h = sha._compile_hasher()
     assert h is not None and h.lanes is not None and h.streams is None and not compiled
     body = np.arange(40 * 4096 + 5, dtype=np.int64).astype(np.uint8)
     assert h.blocks_root(body, 4096) == hashing.blocks_root(body.data, 4096)
+
+
+def test_the_hasher_keeps_lanes_and_streams_where_the_streams_come_first(monkeypatch):
+    """Where SHA-NI outruns the lanes (AMD's Zen), the hasher keeps both: the lanes for commitments
+    and trace trees, the streams for a body's chunks, and the body's root is hashlib's."""
+    from serializer import sha_lanes
+    _stream_hasher()   # skips without SHA-NI
+    _lane_hasher()
+    calls = []
+    compile_streams = sha_lanes.compile_streams
+
+    def counted(leaf):
+        right = compile_streams(leaf)
+
+        def leaves(body, size, nodes):
+            calls.append(size)
+            return right.leaves(body, size, nodes)
+        return right._replace(leaves=leaves)
+    monkeypatch.setattr(sha_lanes, "compile_streams", counted)
+    monkeypatch.setattr(sha_lanes, "sha_here", lambda: True)
+    monkeypatch.setattr(sha_lanes, "fast_here", lambda: True)
+    monkeypatch.setattr(sha_lanes, "streams_first", lambda: True)
+    h = sha._compile_hasher()
+    assert h is not None and h.lanes is not None and h.streams is not None
+    calls.clear()   # the known answers' own calls
+    body = np.arange(40 * 4096 + 5, dtype=np.int64).astype(np.uint8)
+    assert h.blocks_root(body, 4096) == hashing.blocks_root(body.data, 4096)
+    assert calls == [4096]
+
+
+@pytest.mark.parametrize("name, sha_ni, first", [
+    ("znver4", True, True), ("znver5", True, True), ("znver3", True, True),
+    ("znver4", False, False),   # no SHA-NI: nothing to put first
+    ("rocketlake", True, False), ("sapphirerapids", True, False), ("icelake-server", True, False),
+    ("generic", True, False), ("", True, False),
+])
+def test_streams_first_only_on_amds_zen_with_sha(monkeypatch, name, sha_ni, first):
+    """The choice is the CPU's kind, never a timing (a timing would differ run to run)."""
+    from serializer import sha_lanes
+    binding = pytest.importorskip("llvmlite.binding")
+    monkeypatch.setattr(binding, "get_host_cpu_name", lambda: name)
+    monkeypatch.setattr(sha_lanes, "sha_here", lambda: sha_ni)
+    assert sha_lanes.streams_first() is first
+
+
+def test_streams_first_is_false_where_llvm_cannot_name_the_cpu(monkeypatch):
+    from serializer import sha_lanes
+    binding = pytest.importorskip("llvmlite.binding")
+
+    def fails():
+        raise RuntimeError("no host CPU name")
+    monkeypatch.setattr(binding, "get_host_cpu_name", fails)
+    monkeypatch.setattr(sha_lanes, "sha_here", lambda: True)
+    assert sha_lanes.streams_first() is False
 
 
 def test_the_hasher_drops_streams_whose_answers_are_not_hashlibs(monkeypatch):

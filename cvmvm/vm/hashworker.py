@@ -17,8 +17,9 @@ process sends back each block's root (perf traced: 23 ms).  With numba (the
 ``speed`` extra) the process compiles serializer.sha's hasher before it says it
 is ready and hashes each block in one call from compiled code, instead of a
 hashlib call per chunk: at OpenSSL's rate, or sixteen chunks at a time where the
-CPU has AVX-512 (1.6-2.0x OpenSSL's rate), four where it has SHA-NI and not AVX-512
-(1.9x) (serializer.sha_lanes) (``HashWorker.compiled``).
+CPU has AVX-512 (1.6-2.0x OpenSSL's rate), four through SHA-NI where it has that and
+not AVX-512, or AVX-512 and SHA-NI on AMD's Zen (1.9-2.1x) (serializer.sha_lanes)
+(``HashWorker.compiled``).
 
 Only timing depends on it: a block root is ``serializer.hashing.blocks_root`` of
 the same bytes in either process, and every block the process cannot answer (it
