@@ -646,7 +646,23 @@ def test_every_command_that_runs_a_model_takes_the_limits(capsys, chain, flag, c
                              flag, ample])[0] == 0
 
 
+@pytest.mark.parametrize("text, count", [
+    ("2147483648", 2147483648), ("1_000", 1000), ("100B", 100), ("100b", 100),
+    ("1K", 1024), ("1KiB", 1024), ("1kib", 1024), ("1kB", 1000), ("1KB", 1000),
+    ("512M", 512 << 20), ("512MiB", 512 << 20), ("512MB", 512_000_000), ("512mb", 512_000_000),
+    ("2G", 2 << 30), ("2GiB", 2 << 30), ("2GB", 2_000_000_000), ("5 GiB", 5 << 30),
+    ("1T", 1 << 40), ("1TiB", 1 << 40), ("1TB", 10**12),
+])
+def test_byte_counts_read_binary_and_si_suffixes_as_gnu_does(text, count):
+    """A bare K..T and KiB..TiB are powers of 1024, kB..TB powers of 1000: "2GB" is what it says."""
+    from cvmvm.cli.common import byte_count
+    assert byte_count(text) == count
+
+
 @pytest.mark.parametrize("argv", [["--memory-limit", "0"], ["--memory-limit", "2 GB of it"], ["--work-limit", "-5"],
+                                  ["--memory-limit", "1__0"], ["--memory-limit", "1_"], ["--memory-limit", "5iB"],
+                                  ["--memory-limit", "2Gi"], ["--memory-limit", "GB"], ["--memory-limit", "2GiBB"],
+                                  ["--memory-limit", "1e9"], ["--memory-limit", "-1"],
                                   ["--work-limit", "1e-3"], ["--work-limit", "lots"]])
 def test_bad_limit_values_are_usage_errors(chain, argv, capsys):
     d, _ = chain

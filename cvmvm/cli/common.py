@@ -137,16 +137,20 @@ def ops_limit_arg(p: argparse.ArgumentParser) -> None:
                    help="reject the model if it costs more ops than this")
 
 
-_SIZE = re.compile(r"([0-9][0-9_]*)\s*(|k|m|g|t)(i?b)?", re.IGNORECASE)
-_POWERS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+_SIZE = re.compile(r"([0-9]+(?:_[0-9]+)*)\s*(?:([kmgt])(ib|b)?|b)?", re.IGNORECASE)
 
 
 def byte_count(text: str) -> int:
-    """A positive number of bytes: 2147483648, 2GiB, 512M (binary multiples)."""
+    """A positive number of bytes: 2147483648, 2GiB, 2G, 2GB.  GNU coreutils' reading of the
+    suffixes: KiB..TiB and a bare K..T are powers of 1024, kB..TB powers of 1000 as SI writes
+    them, so that "2GB" is the 2,000,000,000 bytes it says (it was 2 GiB until 2026-12-02)."""
     m = _SIZE.fullmatch(text.strip())
     if m is None or int(m.group(1)) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive byte count (e.g. 2147483648, 2GiB, 512MiB)")
-    return int(m.group(1)) << _POWERS[m.group(2).lower()]
+    if m.group(2) is None:
+        return int(m.group(1))
+    power = "kmgt".index(m.group(2).lower()) + 1
+    return int(m.group(1)) * (1000 if (m.group(3) or "").lower() == "b" else 1024) ** power
 
 
 def unit_count(text: str) -> int:
