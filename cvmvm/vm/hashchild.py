@@ -7,8 +7,9 @@ extra) it compiles serializer.sha's hasher before it says it is ready, some
 block in one compiled call: at OpenSSL's rate (0.63 ms a MiB, against
 hashlib's 0.8 with a call per 4 KiB chunk), or sixteen chunks at a time in
 lanes where the CPU has AVX-512, else (or on AMD's Zen) four through SHA-NI
-where it has that (serializer.sha_lanes; 0.33-0.42 and 0.30-0.41): the same roots.  Arguments: the directory that holds
-the ``serializer`` package, the descriptor of the shared buffer, its size.
+where it has that (serializer.sha_lanes; 0.33-0.42 and 0.30-0.41): the same
+roots.  Arguments: the directory that holds the ``serializer`` package, the
+descriptor of the shared buffer, its size.
 
 Requests on stdin, 20 bytes each: u64le offset, u32le length, u32le chunk
 size, naming bytes of the shared buffer the parent wrote, and u32le claim, a
