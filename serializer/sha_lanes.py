@@ -685,19 +685,21 @@ def streams_first() -> bool:
     a MiB so against the lanes' 0.37; Intel Xeons 0.70 against 0.42 and 0.56 against 0.33
     (docs/BENCHMARKS.md, 2026-12-01 and 2026-12-02).  A Zen without AVX-512 has no lanes to
     weigh: its streams were the only fast way already."""
-    try:
-        from llvmlite import binding
-        name = binding.get_host_cpu_name()
-    except Exception:   # llvmlite without the query: the lanes, as on every CPU not named here
-        return False
-    return sha_here() and name.startswith("znver")
+    host = _host_cpu()   # a CPU LLVM cannot name: the lanes, as on every CPU not named here
+    return host is not None and host[0].startswith("znver") and sha_here()
 
 
 def _has(*wanted: str) -> bool:
     """Whether this CPU is little-endian and LLVM names every feature ``wanted`` on it."""
+    host = _host_cpu()
+    return host is not None and sys.byteorder == "little" and all(host[1].get(name) for name in wanted)
+
+
+def _host_cpu() -> tuple[str, Any] | None:
+    """LLVM's name of this CPU and its features, or None where llvmlite cannot tell (llvmlite
+    without the queries, or a CPU it cannot name): such a CPU is not known to have anything."""
     try:
         from llvmlite import binding
-        features = binding.get_host_cpu_features()
-    except Exception:   # llvmlite without the query, or a CPU it cannot name: not known to have them
-        return False
-    return sys.byteorder == "little" and all(features.get(name) for name in wanted)
+        return binding.get_host_cpu_name(), binding.get_host_cpu_features()
+    except Exception:   # llvmlite's errors (RuntimeError, its own) have no common base
+        return None
