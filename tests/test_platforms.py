@@ -16,7 +16,7 @@ whole suite on s390x and arm64"): over an hour per architecture, more than CI's 
 so it is run by hand.  Its last result is in the README.  The emulated roots' 4 tests last took
 22 min on a 2-core machine that other jobs kept at a load of 2 to 3.5 (43 min at 4 to 5;
 2026-11-27), the roots already built.  On a slower 2-core machine (an AMD EPYC Zen 3 at 2.45 GHz,
-2026-12-02) this module took some 35 to 40 of a clean-clone CI run's 75.5 minutes
+2026-12-02) this module took 35 to 42 of a clean-clone CI run's 75.5 minutes
 (docs/BENCHMARKS.md).
 """
 
