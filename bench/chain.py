@@ -11,19 +11,22 @@
    chunk at a time; four SHA-NI streams; sixteen AVX-512 lanes), the hashing
    process's work on every block of the ring.
 3. Traced run time of perf and perf-large with commitment format 3 against
-   format 1 (one SHA-256 per whole int32 tensor, the previous tracer's work)
-   and against untraced runs, median of --repeat: interleaved (a run right
-   after another way's), then each way's runs together after a pause.  This
-   script imports cvmvm before numpy, so OpenBLAS's idle threads sleep at
-   once (cvmvm.vm.blas) and the two agree; where they spin (numpy imported
+   untraced runs, median of --repeat: interleaved (a format 3 run right after
+   an untraced one), then each way's runs together after a pause, format 1
+   (one SHA-256 per whole int32 tensor, the previous tracer's work) among
+   them.  Format 1 stays out of the interleaved rounds: a format 3 run right
+   after one of its runs (its thread's hashing, its allocations) took 1.9x
+   untraced where one right after an untraced run took 1.4-1.6x (perf,
+   2026-12-03).  This script imports cvmvm before numpy, so OpenBLAS's idle
+   threads sleep at once (cvmvm.vm.blas); where they spin (numpy imported
    first), a format 3 run right after a multi-threaded GEMM (an untraced
-   run's, format 1's) shares its hashing process's core with them for about
-   0.1 s, and the interleaved rounds are slower.  Then each way's CPU
-   time per run in those blocks, the hashing process's included (from /proc),
-   against the most a traced run within 1.3x of untraced could use: the
-   machine's cores x 1.3 x the untraced time.  A format 3 run's threads and
-   process block rather than spin while they wait, so one that needs more
-   cannot meet 1.3x however its work is spread over the cores.
+   run's) shares its hashing process's core with them for about 0.1 s, and
+   the interleaved rounds are slower.  Then each way's CPU time per run in
+   those blocks, the hashing process's included (from /proc), against the
+   most a traced run within 1.3x of untraced could use: the machine's cores
+   x 1.3 x the untraced time.  A format 3 run's threads and process block
+   rather than spin while they wait, so one that needs more cannot meet 1.3x
+   however its work is spread over the cores.
 
     python bench/chain.py [--sample 40] [--repeat 15]
 
@@ -210,11 +213,14 @@ class V1Tracer:
 
 
 def _row(name: str, times: dict[str, list[float]]) -> str:
+    """A table row: each way's median (and fastest) run in ms, then format 3's and, where measured,
+    format 1's ratio to untraced."""
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     low = {k: min(v) * 1e3 for k, v in times.items()}
-    return (f"| {name} | {med['untraced']:.1f} ({low['untraced']:.1f}) | {med['v1']:.1f} ({low['v1']:.1f}) | "
-            f"{med['v3']:.1f} ({low['v3']:.1f}) | {med['v3'] / med['untraced']:.2f}x ({low['v3'] / low['untraced']:.2f}x) | "
-            f"{med['v1'] / med['untraced']:.2f}x ({low['v1'] / low['untraced']:.2f}x) |")
+    ways = [k for k in ("untraced", "v1", "v3") if k in times]
+    cells = [f"{med[k]:.1f} ({low[k]:.1f})" for k in ways]
+    cells += [f"{med[k] / med['untraced']:.2f}x ({low[k] / low['untraced']:.2f}x)" for k in ("v3", "v1") if k in times]
+    return f"| {name} | " + " | ".join(cells) + " |"
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -237,8 +243,8 @@ def traced_times(repeat: int) -> None:
     pid = worker.pid if worker is not None and os.path.exists(f"/proc/{worker.pid}/stat") else None
     header = ("| model | untraced | format 1 traced | format 3 traced | v3 / untraced | v1 / untraced |\n"
               "|---|---|---|---|---|---|")
-    print("\n## traced run time, median (and fastest) of", repeat, "interleaved rounds, ms")
-    print(header)
+    print("\n## traced run time, median (and fastest) of", repeat, "rounds of an untraced run then a format 3 one, ms")
+    print("| model | untraced | format 3 traced | v3 / untraced |\n|---|---|---|---|")
     cpus: dict[str, dict[str, float]] = {}
     together: list[str] = []
     for name in ("perf", "perf-large"):
@@ -254,9 +260,10 @@ def traced_times(repeat: int) -> None:
         ways = {"untraced": lambda: model.run(feeds), "v1": v1, "v3": lambda: model.run(feeds, trace=True)}
         for way in ways.values():   # warm: params committed once per program, BLAS threads up
             way()
-        times: dict[str, list[float]] = {k: [] for k in ways}
+        times: dict[str, list[float]] = {"untraced": [], "v3": []}
         for _ in range(repeat):
-            for key, way in ways.items():
+            for key in times:
+                way = ways[key]
                 t0 = time.perf_counter()
                 way()
                 times[key].append(time.perf_counter() - t0)
