@@ -241,8 +241,6 @@ def traced_times(repeat: int) -> None:
     from cvmvm.vm import hashworker
     worker = hashworker.start()   # the steady state of a long-lived process: the hashing process up
     pid = worker.pid if worker is not None and os.path.exists(f"/proc/{worker.pid}/stat") else None
-    header = ("| model | untraced | format 1 traced | format 3 traced | v3 / untraced | v1 / untraced |\n"
-              "|---|---|---|---|---|---|")
     print("\n## traced run time, median (and fastest) of", repeat, "rounds of an untraced run then a format 3 one, ms")
     print("| model | untraced | format 3 traced | v3 / untraced |\n|---|---|---|---|")
     cpus: dict[str, dict[str, float]] = {}
@@ -284,7 +282,8 @@ def traced_times(repeat: int) -> None:
         cpus[name]["budget"] = (os.cpu_count() or 1) * 1.3 * statistics.median(blocks["untraced"]) * 1e3
         together.append(_row(name, blocks))
     print(f"\n## the same, each way's {repeat} runs together after a 0.5 s pause, ms")
-    print(header)
+    print("| model | untraced | format 1 traced | format 3 traced | v3 / untraced | v1 / untraced |\n"
+          "|---|---|---|---|---|---|")
     print("\n".join(together))
     whose = "this process's threads and the hashing process's" if pid is not None else "this process's threads"
     print(f"\nCPU time per run in the runs together ({whose}, mean, ms): the cores' work each way needs, against"

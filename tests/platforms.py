@@ -231,8 +231,12 @@ def ci_tests(arch: Arch) -> tuple[str, ...]:
     """pytest's arguments for what CI runs in a root of ``arch`` besides tests/records.py: the whole
     suite less KERNEL_TESTS, or the subset less EMULATED_DESELECT."""
     if arch.whole:
-        return tuple(arg for test in KERNEL_TESTS for arg in ("--deselect", test))
-    return EMULATED_TESTS + tuple(arg for test in EMULATED_DESELECT for arg in ("--deselect", test))
+        return _deselect(KERNEL_TESTS)
+    return EMULATED_TESTS + _deselect(EMULATED_DESELECT)
+
+
+def _deselect(tests: Sequence[str]) -> tuple[str, ...]:
+    return tuple(arg for test in tests for arg in ("--deselect", test))
 
 
 def stage_source(root: Path, arch: Arch) -> None:

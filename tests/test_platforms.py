@@ -128,6 +128,7 @@ def test_the_roots_deselected_tests_exist():
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                           *sorted({t.split("::")[0] for t in ids})],
                          cwd=platforms.REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, f"collecting {ids} failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}"
     collected = out.stdout.splitlines()
     for test in ids:   # pytest deselects by prefix: a parametrized test's name deselects every case
         assert any(c == test or c.startswith(test + "[") for c in collected), f"{test} names no test"
