@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 import struct
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 import msgpack
@@ -34,7 +36,7 @@ MAX_JSON_DIGITS = 20      # digits in a JSON integer: every valid one has fewer 
 # while nobody raised that limit (py-evm, imported by the chain tests, sets it to 100,000, and a
 # nesting that deep overflows the C stack).
 MAX_JSON_DEPTH = 100
-_DEPTH_STEP = 1 << 20     # bytes json_depth looks at in one numpy pass (a few MiB of temporaries)
+_DEPTH_STEP = 1 << 18     # characters json_layout looks at in one numpy pass (about 12 MiB of temporaries)
 
 Record = TypeVar("Record")
 
@@ -346,23 +348,45 @@ def decode(data: bytes, reader: Reader, max_bytes: int, what: str,
 
 # -- strict JSON ---------------------------------------------------------------------------
 
-def json_depth(text: str) -> int:
-    """The deepest nesting of arrays and objects in JSON text (brackets inside strings not
-    counted), in one linear pass of bounded steps, without recursion.
+@dataclass(frozen=True)
+class JsonLayout:
+    """What one linear scan of JSON text shows of its arrays and objects (brackets inside
+    strings not counted): enough to bound what parsing it, or a part of it, can build."""
+
+    deepest: int     # the deepest nesting
+    lowest: int      # below 0: a bracket closes what none opened, which no JSON text does
+    first_end: int   # the position after the first top-level array or object; -1 if none closes
+    # For each level asked for, the character positions of the opening and the closing bracket of
+    # each array or object that nests that deep inside the text's first top-level value, in order:
+    # at most the level's cap of them; ``counts`` tells how many there are.
+    spans: dict[int, tuple[np.ndarray, np.ndarray]]
+    counts: dict[int, int]
+
+
+def json_layout(text: str, caps: dict[int, int] | None = None) -> JsonLayout:
+    """The layout of JSON text, in one pass of bounded numpy steps, without recursion or parsing.
 
     A quote opens or closes a string unless an odd run of backslashes precedes it.  Outside
-    strings JSON has no backslash, so on any text json.loads reads, the count is exact up to
+    strings JSON has no backslash, so on any text json.loads reads, the layout is exact up to
     where it stops reading.  (A regular expression over strings retried from every quote of an
-    unclosed one, quadratic in the text.)"""
-    raw = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-    depth = deepest = 0
+    unclosed one, quadratic in the text.)  Positions count characters, as ``str`` indexes do."""
+    depth = deepest = lowest = 0
+    first_end = -1
     inside = False       # within a string where the previous step ended
     odd_run = 0          # the previous step ended in an odd run of backslashes
-    for i in range(0, len(raw), _DEPTH_STEP):
-        part = raw[i:i + _DEPTH_STEP]
+    caps = caps or {}
+    position = np.int32 if len(text) < 1 << 31 else np.int64
+    # Each array or object takes two characters at least.
+    spans = {level: (np.empty(min(cap, len(text) // 2), position), np.empty(min(cap, len(text) // 2), position))
+             for level, cap in caps.items()}
+    counts = dict.fromkeys(caps, 0)
+    closed = dict.fromkeys(caps, 0)   # closing brackets seen at each level
+    for i in range(0, len(text), _DEPTH_STEP):
+        # Code points, so that positions are str indexes whatever the text holds.
+        part = np.frombuffer(text[i:i + _DEPTH_STEP].encode("utf-32-le", "surrogatepass"), dtype="<u4")
         at = np.arange(len(part), dtype=np.int32)
         slash = part == ord("\\")
-        # The last byte at or before each position that is no backslash (-1 - odd_run before the
+        # The last position at or before each that is no backslash (-1 - odd_run before the
         # first: only the parity of a run matters), so position k follows k - 1 - last[k - 1] of them.
         last = np.maximum.accumulate(np.where(slash, np.int32(-1 - odd_run), at))
         run = np.empty(len(part), dtype=np.int32)
@@ -371,47 +395,96 @@ def json_depth(text: str) -> int:
         quote = (part == ord('"')) & (run % 2 == 0)
         strings = np.cumsum(quote, dtype=np.int32) + inside     # odd: within a string (or its opening quote)
         outside = strings % 2 == 0
-        step = (((part == ord("[")) | (part == ord("{"))) & outside).astype(np.int32)
-        step -= ((part == ord("]")) | (part == ord("}"))) & outside
-        levels = np.cumsum(step, dtype=np.int64) + depth
-        deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
+        opening = ((part == ord("[")) | (part == ord("{"))) & outside
+        closing = ((part == ord("]")) | (part == ord("}"))) & outside
+        after = np.cumsum(opening.astype(np.int32) - closing, dtype=np.int64) + depth   # the level after each
+        deepest, lowest = max(deepest, int(after.max())), min(lowest, int(after.min()))
+        if first_end < 0:
+            ends = np.flatnonzero(closing & (after == 0))
+            upto = int(ends[0]) if len(ends) else len(part)
+            first_end = i + upto + 1 if len(ends) else -1
+            for level, (opens, closes) in spans.items():
+                for seen, found, into in ((counts, opening[:upto] & (after[:upto] == level), opens),
+                                          (closed, closing[:upto] & (after[:upto] == level - 1), closes)):
+                    at_level = np.flatnonzero(found)[:max(len(into) - seen[level], 0)]
+                    into[seen[level]:seen[level] + len(at_level)] = at_level + i
+                    seen[level] += int(np.count_nonzero(found))
+        depth = int(after[-1])
         inside = bool(strings[-1] % 2)
         odd_run = int(len(part) - 1 - last[-1]) % 2
-    return deepest
+    return JsonLayout(deepest, lowest, first_end, {
+        level: (opens[:counts[level]], closes[:closed[level]]) for level, (opens, closes) in spans.items()}, counts)
 
 
-def parse_json(text: str, reason: str, what: str) -> Any:
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text (json_layout)."""
+    return json_layout(text).deepest
+
+
+class StrictJson:
     """JSON with no duplicate keys, no NaN/Infinity, and no integer token of more than
     MAX_JSON_DIGITS digits (``int()`` of a longer one depends on PYTHONINTMAXSTRDIGITS, so it
-    is refused before); too deep a nesting is refused too.  ``malformed.<reason>`` otherwise."""
+    is refused before); ``malformed.<reason>`` otherwise.  Nesting is not checked here: the
+    callers bound it first (json_layout), once for all the parts of a text they parse."""
 
-    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.what = ""     # what the value being parsed is, for messages
+        self._decoder = json.JSONDecoder(object_pairs_hook=self._unique_keys, parse_constant=self._no_constant,
+                                         parse_int=self._bounded_int)
+
+    def _unique_keys(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         obj: dict[str, Any] = {}
         for key, value in pairs:
             if key in obj:
-                raise MalformedError(reason, f"{what}: key {key[:40]!r} appears twice in one object")
+                raise MalformedError(self.reason, f"{self.what}: key {key[:40]!r} appears twice in one object")
             obj[key] = value
         return obj
 
-    def no_constant(name: str) -> Any:
-        raise MalformedError(reason, f"{what}: {name} is not a JSON value")
+    def _no_constant(self, name: str) -> Any:
+        raise MalformedError(self.reason, f"{self.what}: {name} is not a JSON value")
 
-    def bounded_int(token: str) -> int:
+    def _bounded_int(self, token: str) -> int:
         if len(token) - token.startswith("-") > MAX_JSON_DIGITS:
-            raise MalformedError(reason, f"{what}: an integer of {len(token)} characters; none may have more "
-                                         f"than {MAX_JSON_DIGITS} digits")
+            raise MalformedError(self.reason, f"{self.what}: an integer of {len(token)} characters; none may "
+                                              f"have more than {MAX_JSON_DIGITS} digits")
         return int(token)
 
+    def value(self, text: str, what: str, start: int) -> tuple[Any, int]:
+        """The JSON value that begins at ``text[start]``, and the position after it."""
+        return self._parse(what, lambda: self._decoder.raw_decode(text, start))
+
+    def document(self, text: str, what: str) -> Any:
+        """``text`` as one JSON value, with nothing but whitespace around it."""
+        return self._parse(what, lambda: self._decoder.decode(text))
+
+    def _parse(self, what: str, parse: Callable[[], Any]) -> Any:
+        self.what = what
+        try:
+            return parse()
+        except RecursionError:
+            raise MalformedError(self.reason, f"{what} is nested too deeply") from None
+        except ValueError as e:
+            raise MalformedError(self.reason, f"{what} does not parse: {e}") from None
+        except MemoryError:
+            # Parsed JSON holds at most about 40 bytes of objects per character at its peak (`[[]],`:
+            # lists of 56 bytes for two characters each, measured), so the callers' limits on the text
+            # bound it; a process with less memory than that still gets an answer, not a crash.
+            raise LimitError("memory", f"{what}: its JSON does not fit in memory parsed") from None
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")   # JSON's whitespace
+
+
+def skip_space(text: str, pos: int) -> int:
+    """The position of the first character at or after ``pos`` that is no JSON whitespace."""
+    space = _SPACE.match(text, pos)
+    assert space is not None   # a run of none matches
+    return space.end()
+
+
+def parse_json(text: str, reason: str, what: str) -> Any:
+    """Strict JSON (StrictJson), nested at most MAX_JSON_DEPTH levels deep."""
     if json_depth(text) > MAX_JSON_DEPTH:
         raise MalformedError(reason, f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
-    try:
-        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant, parse_int=bounded_int)
-    except RecursionError:
-        raise MalformedError(reason, f"{what} is nested too deeply") from None
-    except ValueError as e:
-        raise MalformedError(reason, f"{what} does not parse: {e}") from None
-    except MemoryError:
-        # Parsed JSON holds at most about 40 bytes of objects per character at its peak (`[[]],`:
-        # lists of 56 bytes for two characters each, measured), so the callers' limits on the text
-        # bound it; a process with less memory than that still gets an answer, not a crash.
-        raise LimitError("memory", f"{what}: {len(text)} characters of JSON do not fit in memory parsed") from None
+    return StrictJson(reason).document(text, what)

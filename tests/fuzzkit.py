@@ -655,7 +655,7 @@ def _step_proofs() -> Setup:
 
 
 def _traces() -> Setup:
-    from serializer.records.trace import trace_bytes
+    from serializer.records.trace import trace_bytes, trace_lines
     from cvmvm.tx import tracediff
     from cvmvm.vm.trace import trace_to_json
     from tests.test_receipt import digits_model, mlp_model, pair_model
@@ -665,7 +665,8 @@ def _traces() -> Setup:
                           (pair_model(), {"a": np.ones((2, 3), np.int32), "b": np.ones((2, 3), np.int32)}),
                           (digits_model(), {"data": images[0]}), (_maxpool_model(), {
                               "x": np.linspace(-3, 3, 24, dtype=np.float32).reshape(1, 2, 3, 4)})):
-        docs.append(trace_bytes(trace_to_json(model.program, model.run(inputs, trace=True).trace, model.model_hash)))
+        doc = trace_to_json(model.program, model.run(inputs, trace=True).trace, model.model_hash)
+        docs += [trace_bytes(doc), trace_lines(doc)]   # each form has its own reader
     originals = {tracediff.read_trace(d, "seed").root: tracediff.read_trace(d, "seed") for d in docs}
 
     def committed(tf: Any) -> list[Any]:

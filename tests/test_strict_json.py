@@ -37,6 +37,52 @@ def test_depth_is_the_nesting_of_the_value(value, step, ascii_only):
         assert strict.json_depth(json.dumps(value, ensure_ascii=ascii_only)) == depth(value)
 
 
+def spelled(value, ascii_only: bool) -> tuple[str, dict[int, list[tuple[int, int]]]]:
+    """json.dumps of a value, and where each array and object in it opens and closes, by level."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    parts: list[str] = []
+    size = 0
+
+    def put(text: str) -> None:
+        nonlocal size
+        parts.append(text)
+        size += len(text)
+
+    def walk(v, level: int) -> None:
+        if not isinstance(v, (list, dict)):
+            put(json.dumps(v, ensure_ascii=ascii_only))
+            return
+        start = size
+        put("[" if isinstance(v, list) else "{")
+        for k, item in enumerate(v.items() if isinstance(v, dict) else v):
+            put(", " if k else "")
+            if isinstance(v, dict):
+                put(json.dumps(item[0], ensure_ascii=ascii_only) + ": ")
+                item = item[1]
+            walk(item, level + 1)
+        put("]" if isinstance(v, list) else "}")
+        spans.setdefault(level, []).append((start, size - 1))
+
+    walk(value, 1)
+    text = "".join(parts)
+    assert text == json.dumps(value, ensure_ascii=ascii_only)
+    return text, spans
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=VALUES, step=st.sampled_from([1, 2, 3, 7, 1 << 20]), ascii_only=st.booleans(), cap=st.integers(0, 4))
+def test_the_layout_locates_every_array_and_object_of_a_level(value, step, ascii_only, cap):
+    text, spans = spelled(value, ascii_only)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(strict, "_DEPTH_STEP", step)
+        layout = strict.json_layout(text + " " + text, {2: cap, 3: cap})   # the second value is not looked in
+    for level in (2, 3):
+        found = sorted(spans.get(level, []))
+        assert layout.counts[level] == len(found)
+        assert list(zip(*map(list, layout.spans[level]))) == found[:cap]
+    assert layout.first_end == (len(text) if spans else -1) and layout.lowest == 0
+
+
 @pytest.mark.parametrize("text, expected", [
     (r'["\\"]', 1),            # an even run: the quote closes the string
     (r'["\"]"]', 1),           # an odd run: the quote is part of it
@@ -65,7 +111,7 @@ def test_nesting_is_refused_past_the_limit():
 def test_json_that_does_not_fit_in_memory_parsed_is_a_limit(monkeypatch):
     def no_memory(*args, **kwargs):
         raise MemoryError
-    monkeypatch.setattr(strict.json, "loads", no_memory)
+    monkeypatch.setattr(strict.json.JSONDecoder, "raw_decode", no_memory)
     with pytest.raises(CvmError) as e:
         strict.parse_json("[1]", "trace", "t.json")
     assert e.value.code == "limit.memory" and "t.json" in e.value.message
@@ -74,14 +120,13 @@ def test_json_that_does_not_fit_in_memory_parsed_is_a_limit(monkeypatch):
 def test_json_lines_are_counted_before_any_is_parsed(monkeypatch):
     monkeypatch.setattr(trace_codec, "MAX_ENTRIES", 3)
     parsed = []
-    real = strict.parse_json
-    monkeypatch.setattr(strict, "parse_json", lambda text, *a: parsed.append(text) or real(text, *a))
+    real = strict.StrictJson._parse
+    monkeypatch.setattr(strict.StrictJson, "_parse", lambda self, what, parse: parsed.append(what) or real(self, what, parse))
     header = b'{"format":"cvmvm-trace/3"}\n'
     with pytest.raises(CvmError) as e:
-        trace_codec.load_trace(header + b"0\n" * 4, "t.jsonl")
+        trace_codec.load_trace(header + b"{}\n" * 4, "t.jsonl")
     assert e.value.code == "malformed.trace" and "more than 4 lines" in e.value.message
-    assert len(parsed) == 1    # the whole text, as one document; no line
-    parsed.clear()
+    assert parsed == []
     with pytest.raises(CvmError) as e:
-        trace_codec.load_trace(header + b"0\n" * 3, "t.jsonl")
-    assert "lines" not in e.value.message and len(parsed) == 5
+        trace_codec.load_trace(header + b"{}\n" * 3, "t.jsonl")
+    assert "more than" not in e.value.message and parsed == ["t.jsonl: line 1"]   # its header: the keys

@@ -17,25 +17,36 @@ import json
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any, Sequence
 
-from isa.attrs import attr_fields, attrs_to_dict
+import numpy as np
+from typing import Any, Iterator, Sequence
+
+from isa.attrs import INTS, attr_fields, attrs_to_dict
 from isa.errors import CvmError, LimitError, MalformedError
-from isa.table import OP_BY_NAME
+from isa.table import OP_BY_NAME, OPS
 from isa.types import TensorType
 from serializer import strict
 from serializer.hashing import (HASH_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, input_commitment, leaf_hash,
                                 program_root, trace_root, tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
-from serializer.strict import MAX_ITEMS, MAX_NAME, Reader
+from serializer.strict import MAX_ITEMS, MAX_JSON_DEPTH, MAX_NAME, JsonLayout, Reader, StrictJson, skip_space
 
 TRACE_VERSION = 3
 TRACE_FORMAT = f"cvmvm-trace/{TRACE_VERSION}"
-# A trace entry is a few hundred bytes of JSON; parsed, each byte costs about 14 bytes of objects
-# (hostile JSON: at most about 40, strict.parse_json).
 MAX_TRACE_BYTES = 1 << 28
 # One entry per tensor: a native model has at most 2^20 inputs, params and instructions.
 MAX_ENTRIES = 1 << 22
+# A file is parsed an entry at a time, each kept only as its checked Entry, so what parsing builds
+# at once is one entry's objects, bounded by these two limits before it is parsed (a JSON-lines
+# line, the document form's header and its `outputs` alike):
+# - characters: an instruction may read MAX_ITEMS tensors, ids of at most 7 digits (MAX_ENTRIES),
+#   8 MiB written without spaces; twice that leaves room for spaces;
+MAX_ENTRY_CHARS = 1 << 24
+# - brackets, counted in strings too: an entry's own, its shape's, inputs', attrs' and one for each
+#   list-valued attribute of its op, and its name may be brackets throughout.  JSON's costliest
+#   objects are nested arrays (56 bytes for `[],`), so without them an entry's text builds at most
+#   about 15 bytes of objects a character.
+MAX_ENTRY_BRACKETS = 4 + max(sum(f.kind == INTS for f in attr_fields(op.attrs)) for op in OPS) + MAX_NAME
 
 
 def entry_to_json(e: TraceEntry, t: TensorType, name: str,
@@ -76,52 +87,184 @@ def trace_lines(doc: dict[str, Any]) -> bytes:
     return "".join(_line(row) + "\n" for row in [header, *doc["entries"]]).encode("utf-8")
 
 
-def _from_lines(text: str, what: str) -> Any:
-    """A JSON-lines trace as the document it spells (None when its first line is no header);
-    each line is read as strictly as a whole document."""
+def _bounded(text: str, start: int, end: int, where: str) -> None:
+    """Refuse an entry (or header) that could build more than one entry may, before it is parsed."""
+    if end - start > MAX_ENTRY_CHARS:
+        raise LimitError("bytes", f"{where}: {end - start} characters; an entry has at most {MAX_ENTRY_CHARS}")
+    brackets = text.count("[", start, end) + text.count("{", start, end)
+    if brackets > MAX_ENTRY_BRACKETS:
+        raise MalformedError("trace", f"{where}: {brackets} brackets; an entry has at most {MAX_ENTRY_BRACKETS}")
+
+
+def _object(text: str, pos: int, where: str) -> None:
+    if not text.startswith("{", pos):
+        raise MalformedError("trace", f"{where}: expected an entry with kind one of {list(KIND_NAMES)}")
+
+
+class _Span:
+    """An array or object of the document form's top level, located but not parsed."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+
+
+def _document(text: str, layout: JsonLayout, json_: StrictJson,
+              what: str) -> tuple[dict[str, Any], Iterator[Any] | None]:
+    """The document form: its top level's values (strings and numbers parsed, arrays and objects
+    located by the layout, unparsed), and an iterator parsing its entries one at a time (None if
+    `entries` is no array).
+
+    What is accepted is what the JSON parser accepts, piece by piece; the layout only bounds each
+    piece before it is parsed (and it is exact on every text the parser reads up to there)."""
+    opens, closes = layout.spans[2]
+
+    def fault(pos: int, expected: str) -> MalformedError:
+        return MalformedError("trace", f"{what} does not parse: expected {expected} at character {pos}")
+
+    pos = skip_space(text, 0)
+    if not text.startswith("{", pos):
+        raise MalformedError("trace", f"{what}: not a {TRACE_FORMAT} file")
+    fields: dict[str, Any] = {}
+    k = 0   # the top level's arrays and objects come in order: the next one's span
+    pos = skip_space(text, pos + 1)
+    while not text.startswith("}", pos) or fields:
+        if not text.startswith('"', pos):
+            raise fault(pos, "a key")
+        key, pos = json_.value(text, what, pos)
+        pos = skip_space(text, pos)
+        if not text.startswith(":", pos):
+            raise fault(pos, "':'")
+        if key in fields:
+            raise MalformedError("trace", f"{what}: key {key[:40]!r} appears twice in one object")
+        pos = skip_space(text, pos + 1)
+        if text.startswith(("[", "{"), pos):
+            if k == len(opens):
+                raise MalformedError("trace", f"{what}: more than {len(opens)} arrays and objects at its top level")
+            if k == len(closes):
+                raise fault(len(text), f"the end of the array or object at character {pos}")
+            fields[key], pos = _Span(pos, int(closes[k]) + 1), int(closes[k]) + 1
+            k += 1
+        else:
+            fields[key], pos = json_.value(text, what, pos)
+        pos = skip_space(text, pos)
+        if text.startswith("}", pos):
+            break
+        if not text.startswith(",", pos):
+            raise fault(pos, "',' or '}'")
+        pos = skip_space(text, pos + 1)
+    if skip_space(text, pos + 1) != len(text):
+        raise fault(skip_space(text, pos + 1), "the end of the file")
+    entries = fields.pop("entries", None)
+    if type(entries) is not _Span or not text.startswith("[", entries.start):
+        return fields, None
+    return fields, _items(text, entries, layout.spans[3], json_, what)
+
+
+def _items(text: str, array: _Span, spans: tuple[np.ndarray, np.ndarray], json_: StrictJson,
+           what: str) -> Iterator[Any]:
+    opens, closes = spans
+    # Inside the array, the arrays and objects of that depth are its items, in order.
+    j = int(np.searchsorted(opens, array.start))
+    pos = skip_space(text, array.start + 1)
+    if text.startswith("]", pos):
+        return
+    for k in range(MAX_ENTRIES + 1):
+        where = f"{what}: entries[{k}]"
+        _object(text, pos, where)
+        if j == len(opens):
+            raise MalformedError("trace", f"{where}: more than {MAX_ENTRIES} entries")
+        if j == len(closes):
+            raise MalformedError("trace", f"{what} does not parse: entries[{k}] does not end")
+        _bounded(text, pos, int(closes[j]) + 1, where)
+        row, pos = json_.value(text, where, pos)
+        j += 1
+        yield row
+        pos = skip_space(text, pos)
+        if text.startswith("]", pos):
+            return
+        if not text.startswith(",", pos):
+            raise MalformedError("trace", f"{what} does not parse: expected ',' or ']' at character {pos}")
+        pos = skip_space(text, pos + 1)
+
+
+def _lines(text: str, json_: StrictJson, what: str) -> tuple[Any, Iterator[Any]]:
+    """The JSON-lines form: its header, and an iterator parsing the entries a line at a time."""
     # A header and an entry a line: more lines are refused before any is parsed.
     if text.count("\n", 0, len(text) - 1) >= MAX_ENTRIES + 1:
         raise MalformedError("trace", f"{what}: more than {MAX_ENTRIES + 1} lines (a header and {MAX_ENTRIES} entries)")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    rows = [strict.parse_json(line, "trace", f"{what}: line {k + 1}") for k, line in enumerate(lines)]
-    if not rows or type(rows[0]) is not dict or "entries" in rows[0]:
-        return None
-    return {**rows[0], "entries": rows[1:]}
+    ends = iter(m.start() for m in re.finditer("\n", text))
+
+    def line(start: int, where: str, entry: bool) -> tuple[Any, int]:
+        end = next(ends, len(text))
+        if entry:
+            _object(text, skip_space(text, start), where)
+        _bounded(text, start, end, where)
+        return json_.document(text[start:end], where), end + 1
+
+    header, pos = line(0, f"{what}: line 1", False)
+
+    def rows(pos: int) -> Iterator[Any]:
+        k = 1
+        while pos < len(text):
+            row, pos = line(pos, f"{what}: line {k + 1}", True)
+            k += 1
+            yield row
+
+    return header, rows(pos)
 
 
-def read_trace(data: bytes, what: str) -> dict[str, Any]:
-    """The trace document of a trace file in either form."""
+def _read(data: bytes, what: str) -> tuple[dict[str, Any], Iterator[Any]]:
+    """A trace file in either form: its top-level fields but `entries`, whose rows are parsed
+    as the iterator is read, an entry at a time."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise MalformedError("trace", f"{what}: not UTF-8 ({e.reason} at byte {e.start})") from None
-    try:
-        doc = strict.parse_json(text, "trace", what)
-    except MalformedError as e:
-        doc = _from_lines(text, what)
-        if doc is None:
-            raise e from None
-    if type(doc) is dict and type(doc.get("format")) is str and doc["format"].startswith("cvmvm-trace/") \
-            and doc["format"] != TRACE_FORMAT:
-        version = doc["format"].split("/", 1)[1]
+    # The document form's top-level arrays and objects (its keys, at most) and its entries (with
+    # anything else as deep), past the most there may be, are not located.
+    layout = strict.json_layout(text, {2: len(DOC_KEYS), 3: MAX_ENTRIES + 1})
+    if layout.deepest > MAX_JSON_DEPTH:
+        raise MalformedError("trace", f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+    if layout.lowest < 0:
+        # No JSON text closes what it did not open, and on a file of JSON lines that do not, the
+        # depth of each line is at most the file's (the layout is exact up to a line that does
+        # not parse, and parsing stops there).
+        raise MalformedError("trace", f"{what} does not parse: a bracket closes what none opened")
+    json_ = StrictJson("trace")
+    header: Any
+    rows: Iterator[Any] | None
+    if layout.first_end >= 0 and skip_space(text, layout.first_end) < len(text):   # more than one value
+        header, rows = _lines(text, json_, what)
+    else:
+        header, rows = _document(text, layout, json_, what)
+    fmt = header.get("format") if type(header) is dict else None
+    if type(fmt) is str and fmt.startswith("cvmvm-trace/") and fmt != TRACE_FORMAT:
+        version = fmt.split("/", 1)[1]
         shown = version if re.fullmatch("[0-9]{1,10}", version) else repr(version[:20])
         raise MalformedError("trace", f"{what}: a trace file of version {shown}; this cvmvm reads {TRACE_FORMAT}")
-    if type(doc) is not dict or doc.get("format") != TRACE_FORMAT or type(doc.get("entries")) is not list:
+    if type(header) is not dict or fmt != TRACE_FORMAT or "entries" in header or rows is None:
         raise MalformedError("trace", f"{what}: not a {TRACE_FORMAT} file")
-    return doc
+    if set(header) | {"entries"} != DOC_KEYS:
+        raise MalformedError("trace", f"{what}: keys {sorted(set(header) | {'entries'})} must be exactly "
+                                      f"{sorted(DOC_KEYS)}")
+    outputs = header["outputs"]
+    if type(outputs) is _Span:
+        _bounded(text, outputs.start, outputs.end, f"{what}: outputs")
+        header["outputs"] = json_.value(text, f"{what}: outputs", outputs.start)[0]
+    return header, rows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
+    """One entry, checked; only what it says is kept, not the objects parsing it built."""
+
     kind: int
     index: int
     output: int
     tensor: int
     type: TensorType
     commitment: bytes
-    row: dict[str, Any]  # the entry as the file has it (name, dtype, shape, op, attrs, ...)
+    name: str
     op: str = ""                   # an instruction output's op, attributes and input tensor ids
     attrs: Any = None
     inputs: tuple[int, ...] = ()
@@ -129,6 +272,13 @@ class Entry:
     @property
     def precision(self) -> int | None:
         return self.type.precision
+
+    @property
+    def row(self) -> dict[str, Any]:
+        """The entry as a trace file writes it."""
+        leaf = TraceEntry(self.kind, self.index, self.output, self.tensor, self.precision, self.commitment)
+        return entry_to_json(leaf, self.type, self.name,
+                             (self.op, self.inputs, self.attrs) if self.kind == INSTR else None)
 
 
 _READER = Reader("trace")
@@ -179,9 +329,8 @@ def _entry(row: Any, where: str) -> Entry:
     keys = INSTR_KEYS if kind == INSTR else ENTRY_KEYS
     if set(row) != keys:
         raise MalformedError("trace", f"{where}: keys {sorted(row)} must be exactly {sorted(keys)}")
-    _name(row, where)
     base = (kind, _int(row, "index", where), _int(row, "output", where), _int(row, "tensor", where),
-            _type(row, where), _hex_hash(row, "commitment", where), row)
+            _type(row, where), _hex_hash(row, "commitment", where), _name(row, where))
     if kind != INSTR:
         return Entry(*base)
     op = OP_BY_NAME.get(row["op"]) if type(row["op"]) is str else None
@@ -286,14 +435,15 @@ def load_trace(data: bytes, what: str) -> TraceFile:
     cvmvm.tx.tracediff.read_trace.)"""
     if len(data) > MAX_TRACE_BYTES:
         raise LimitError("bytes", f"{what}: {len(data)} bytes exceed the limit of {MAX_TRACE_BYTES}")
-    doc = read_trace(data, what)
-    if set(doc) != DOC_KEYS:
-        raise MalformedError("trace", f"{what}: keys {sorted(doc)} must be exactly {sorted(DOC_KEYS)}")
-    if len(doc["entries"]) > MAX_ENTRIES:
-        raise MalformedError("trace", f"{what}: {len(doc['entries'])} entries exceed {MAX_ENTRIES}")
-    entries = tuple(_entry(row, f"{what}: entries[{k}]") for k, row in enumerate(doc["entries"]))
-    if not entries:
+    doc, rows = _read(data, what)
+    read = []
+    for k, row in enumerate(rows):
+        if k == MAX_ENTRIES:
+            raise MalformedError("trace", f"{what}: more than {MAX_ENTRIES} entries")
+        read.append(_entry(row, f"{what}: entries[{k}]"))
+    if not read:
         raise MalformedError("trace", f"{what}: a trace has at least one entry")
+    entries = tuple(read)
     _positions(entries, what)
     hashes = {}
     for key in ("model_hash", "program_root", "input_commitment", "root"):
