@@ -14,6 +14,8 @@ import builtins
 import json
 import re
 import struct
+import threading
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -434,11 +436,10 @@ class StrictJson:
                                          parse_int=self._bounded_int)
 
     def _unique_keys(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in obj:
-                raise MalformedError(self.reason, f"{self.what}: key {key[:40]!r} appears twice in one object")
-            obj[key] = value
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            key = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+            raise MalformedError(self.reason, f"{self.what}: key {key[:40]!r} appears twice in one object")
         return obj
 
     def _no_constant(self, name: str) -> Any:
@@ -485,6 +486,14 @@ def skip_space(text: str, pos: int) -> int:
 
 def parse_json(text: str, reason: str, what: str) -> Any:
     """Strict JSON (StrictJson), nested at most MAX_JSON_DEPTH levels deep."""
-    if json_depth(text) > MAX_JSON_DEPTH:
+    # No text nests deeper than it has brackets: a results line, say, skips the scan.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth(text) > MAX_JSON_DEPTH:
         raise MalformedError(reason, f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
-    return StrictJson(reason).document(text, what)
+    # One parser per reason and thread, made once: making one costs as much as parsing a short line.
+    parsers = _PARSERS.__dict__.setdefault("by_reason", {})
+    if reason not in parsers:
+        parsers[reason] = StrictJson(reason)
+    return parsers[reason].document(text, what)
+
+
+_PARSERS = threading.local()

@@ -154,6 +154,25 @@ def test_a_resume_under_other_limits_is_refused(demo, tmp_path, capsys):
     assert info["summary"]["total"] == 3000 and info["summary"]["error"] == 3000
 
 
+@pytest.mark.parametrize("edit", ["line", "header"])
+@pytest.mark.parametrize("bad", [b"[" * 30_000 + b"]" * 30_000, b'{"index": ' + b"9" * 5_000 + b"}",
+                                 b'{"index": 0, "index": 0}', b"NaN", b"\xff"],
+                         ids=["deep", "long-int", "twice", "nan", "not-utf8"])
+def test_an_edited_results_file_is_malformed_not_a_crash(demo, finished, tmp_path, capsys, edit, bad):
+    # Defect: a line nested 30,000 deep was internal.bug (json.loads' RecursionError) under the
+    # recursion limit of a fresh interpreter (something in a test process may raise it).
+    lines = finished.splitlines(keepends=True)
+    r = tmp_path / "r.jsonl"
+    r.write_bytes(lines[0] + lines[1] + bad + b"\n" if edit == "line" else bad + b"\n" + lines[1])
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        code, info = _resumed(capsys, demo, r)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.results"
+
+
 def test_an_empty_results_file_is_resumed_from_the_start(demo, finished, tmp_path, capsys):
     # A kill between the file's creation and its header's write leaves it empty.
     r = tmp_path / "r.jsonl"

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from isa import errors
 from isa.errors import CvmError, IOFailure, MalformedError, UsageError
+from serializer import strict
 from cvmvm import files
 from cvmvm.tx.replay import ERROR, MISMATCH, OK, Outcome
 from cvmvm.vm.verify import Limits
@@ -68,12 +69,18 @@ def _hexbytes(row: dict[str, Any], key: str, size: int = 32) -> bytes:
     return got
 
 
+def _parsed(line: bytes, what: str) -> Any:
+    """Strict JSON: a file on disk may have been edited, and json.loads of a line nested
+    thousands deep raises RecursionError."""
+    try:
+        return strict.parse_json(line.decode("utf-8"), "results", what)
+    except UnicodeDecodeError as e:
+        raise _bad(f"{what} is not UTF-8 ({e.reason} at byte {e.start})") from None
+
+
 def outcome_from_line(line: bytes) -> Outcome:
     """A results line -> its Outcome; anything but a line this module writes is refused."""
-    try:
-        row = json.loads(line)
-    except ValueError as e:
-        raise _bad(f"a line that is not JSON ({e})") from None
+    row = _parsed(line, "the line")
     if type(row) is not dict or type(row.get("index")) is not int or type(row.get("offset")) is not int:
         raise _bad("expected an object with an integer index and offset")
     status = row.get("status")
@@ -166,8 +173,8 @@ def _check_header(head: bytes, p: Path, signer: bytes | None, limits: Limits) ->
     if head == _header(signer, limits):
         return
     try:
-        doc = json.loads(head) if head.endswith(b"\n") else None
-    except ValueError:
+        doc = _parsed(head, "the header") if head.endswith(b"\n") else None
+    except MalformedError:
         doc = None
     if type(doc) is not dict or doc.get("format") != RESULTS_FORMAT:
         raise _bad(f"{p}: not a cvmvm replay results file (its first line is no {RESULTS_FORMAT} header)")
