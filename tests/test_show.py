@@ -98,9 +98,11 @@ def test_show_refuses_what_it_cannot_show(capsys, demo_files, tmp_path):
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.kind"
     code, info = cvmvm_json(capsys, ["show", str(demo_files / "digits.cvm"), "--params", str(demo_files / "digits.params")])
     assert code == EXIT_CODES["usage"] and info["error"] == "usage.conflict"
-    (tmp_path / "bad.json").write_bytes(b'{"nodes": [}')
-    code, info = cvmvm_json(capsys, ["show", str(tmp_path / "bad.json")])
-    assert info["error"] == "malformed.graph_json"
+    for text in (b'{"nodes": [}', b'{"nodes": [{"op": "null"}, []]}'):
+        (tmp_path / "bad.json").write_bytes(text)
+        code, info = cvmvm_json(capsys, ["show", str(tmp_path / "bad.json")])
+        assert info["error"] == "malformed.graph_json"
+    assert "nodes[1] must be a JSON object, got list" in info["message"]
 
 
 ROOT = "93bd626ef64c8395f12e585f0d678bd3076f723729c6c4187384cc9d1df6bc4a"

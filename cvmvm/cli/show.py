@@ -81,7 +81,12 @@ def _cortex_graph(data: bytes, path: str, params: str | None) -> Shown:
     doc = load_json(data, "graph_json", path)
     if type(doc) is not dict or type(doc.get("nodes")) is not list:
         raise MalformedError("graph_json", f"{path}: a Cortex graph is a JSON object with a list of nodes")
-    nodes = [n if type(n) is dict else {} for n in doc["nodes"]]
+    nodes = doc["nodes"]
+    # Refused, not shown as empty nodes: an object made for each of millions of `[]`s took more
+    # memory than parsing them.
+    for k, n in enumerate(nodes):
+        if type(n) is not dict:
+            raise MalformedError("graph_json", f"{path}: nodes[{k}] must be a JSON object, got {type(n).__name__}")
     if params is None and any(n.get("op") == "null" and n.get("name") != cortex.DATA for n in nodes):
         # Its variables other than data come from a params file: without it, the nodes as written.
         return _graph_nodes(doc, nodes)
