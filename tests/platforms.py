@@ -479,12 +479,15 @@ def temp_cache() -> Path:
 # -- the suite in each root ----------------------------------------------------
 
 # What CI runs in each root besides tests/records.py (tests/test_platforms.py): every reference
-# vector, the determinism tests, the codecs and hashes (byte order lives in the formats), the exact
-# GEMM paths and models (another BLAS), the parity classes, and the shift kernels' sign rules.
+# vector, the determinism tests, the codecs and hashes (byte order lives in the formats), the trace
+# file's reader and its JSON scan (a trace is read on machines other than the one that wrote it; 53 s
+# of s390x on 2026-12-03), the exact GEMM paths and models (another BLAS), the parity classes, and
+# the shift kernels' sign rules.
 # The whole suite (``python -m tests.platforms --full``) takes over an hour per architecture.
 EMULATED_TESTS = ("tests/test_vectors.py", "tests/test_determinism.py", "tests/test_maxpool.py",
                   "tests/test_conversion.py", "tests/test_cortex_format.py", "tests/test_native_format.py",
-                  "tests/test_hashing.py", "tests/test_gemm_paths.py", "tests/test_models.py",
+                  "tests/test_hashing.py", "tests/test_trace_file.py", "tests/test_strict_json.py",
+                  "tests/test_gemm_paths.py", "tests/test_models.py",
                   "tests/test_mixed_model.py", "tests/test_parity.py",
                   "tests/test_ops_elemwise.py::test_right_shift_is_arithmetic",
                   "tests/test_ops_elemwise.py::test_left_shift_of_negatives_at_the_precision_edge")
