@@ -438,9 +438,13 @@ class StrictJson:
     def _unique_keys(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         obj = dict(pairs)
         if len(obj) != len(pairs):
-            key = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-            raise MalformedError(self.reason, f"{self.what}: key {key[:40]!r} appears twice in one object")
+            raise self.twice(next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1), self.what)
         return obj
+
+    def twice(self, key: str, what: str) -> MalformedError:
+        """The error for an object in which ``key`` appears twice (for callers that walk an object
+        themselves too)."""
+        return MalformedError(self.reason, f"{what}: key {key[:40]!r} appears twice in one object")
 
     def _no_constant(self, name: str) -> Any:
         raise MalformedError(self.reason, f"{self.what}: {name} is not a JSON value")
@@ -484,11 +488,16 @@ def skip_space(text: str, pos: int) -> int:
     return space.end()
 
 
+def check_depth(deepest: int, reason: str, what: str) -> None:
+    if deepest > MAX_JSON_DEPTH:
+        raise MalformedError(reason, f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+
+
 def parse_json(text: str, reason: str, what: str) -> Any:
     """Strict JSON (StrictJson), nested at most MAX_JSON_DEPTH levels deep."""
     # No text nests deeper than it has brackets: a results line, say, skips the scan.
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth(text) > MAX_JSON_DEPTH:
-        raise MalformedError(reason, f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        check_depth(json_depth(text), reason, what)
     # One parser per reason and thread, made once: making one costs as much as parsing a short line.
     parsers = _PARSERS.__dict__.setdefault("by_reason", {})
     if reason not in parsers:

@@ -13,13 +13,14 @@ commitment and the trace root, so no field the root commits to can be rewritten.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import struct
 from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
 import numpy as np
-from typing import Any, Iterator, Sequence
 
 from isa.attrs import INTS, attr_fields, attrs_to_dict
 from isa.errors import CvmError, LimitError, MalformedError
@@ -29,7 +30,7 @@ from serializer import strict
 from serializer.hashing import (HASH_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, input_commitment, leaf_hash,
                                 program_root, trace_root, tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
-from serializer.strict import MAX_ITEMS, MAX_JSON_DEPTH, MAX_NAME, JsonLayout, Reader, StrictJson, skip_space
+from serializer.strict import MAX_ITEMS, MAX_NAME, JsonLayout, Reader, StrictJson, skip_space
 
 TRACE_VERSION = 3
 TRACE_FORMAT = f"cvmvm-trace/{TRACE_VERSION}"
@@ -101,11 +102,12 @@ def _object(text: str, pos: int, where: str) -> None:
         raise MalformedError("trace", f"{where}: expected an entry with kind one of {list(KIND_NAMES)}")
 
 
+@dataclass(frozen=True)
 class _Span:
     """An array or object of the document form's top level, located but not parsed."""
 
-    def __init__(self, start: int, end: int) -> None:
-        self.start, self.end = start, end
+    start: int
+    end: int
 
 
 def _document(text: str, layout: JsonLayout, json_: StrictJson,
@@ -135,7 +137,7 @@ def _document(text: str, layout: JsonLayout, json_: StrictJson,
         if not text.startswith(":", pos):
             raise fault(pos, "':'")
         if key in fields:
-            raise MalformedError("trace", f"{what}: key {key[:40]!r} appears twice in one object")
+            raise json_.twice(key, what)
         pos = skip_space(text, pos + 1)
         if text.startswith(("[", "{"), pos):
             if k == len(opens):
@@ -168,7 +170,7 @@ def _items(text: str, array: _Span, spans: tuple[np.ndarray, np.ndarray], json_:
     pos = skip_space(text, array.start + 1)
     if text.startswith("]", pos):
         return
-    for k in range(MAX_ENTRIES + 1):
+    for k in itertools.count():   # the spans' cap, and load_trace, bound the count
         where = f"{what}: entries[{k}]"
         _object(text, pos, where)
         if j == len(opens):
@@ -192,7 +194,7 @@ def _lines(text: str, json_: StrictJson, what: str) -> tuple[Any, Iterator[Any]]
     # A header and an entry a line: more lines are refused before any is parsed.
     if text.count("\n", 0, len(text) - 1) >= MAX_ENTRIES + 1:
         raise MalformedError("trace", f"{what}: more than {MAX_ENTRIES + 1} lines (a header and {MAX_ENTRIES} entries)")
-    ends = iter(m.start() for m in re.finditer("\n", text))
+    ends = (m.start() for m in re.finditer("\n", text))
 
     def line(start: int, where: str, entry: bool) -> tuple[Any, int]:
         end = next(ends, len(text))
@@ -223,8 +225,7 @@ def _read(data: bytes, what: str) -> tuple[dict[str, Any], Iterator[Any]]:
     # The document form's top-level arrays and objects (its keys, at most) and its entries (with
     # anything else as deep), past the most there may be, are not located.
     layout = strict.json_layout(text, {2: len(DOC_KEYS), 3: MAX_ENTRIES + 1})
-    if layout.deepest > MAX_JSON_DEPTH:
-        raise MalformedError("trace", f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+    strict.check_depth(layout.deepest, "trace", what)
     if layout.lowest < 0:
         # No JSON text closes what it did not open, and on a file of JSON lines that do not, the
         # depth of each line is at most the file's (the layout is exact up to a line that does
