@@ -23,6 +23,7 @@ class CvmError(Exception):
     family = "internal"
 
     def __init__(self, reason: str, message: str) -> None:
+        message = one_line(message)
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -37,6 +38,23 @@ class CvmError(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+# A message quotes what it refuses (names, paths, values through ``shown``): a path of PATH_MAX
+# bytes and two names of MAX_NAME fit many times over.  Past this it is cut, so that no input,
+# however large, makes a message (a line on stderr, a results file's line) as large as itself.
+MAX_MESSAGE = 1 << 14
+
+
+def one_line(message: str) -> str:
+    """``message`` as one printable line of at most MAX_MESSAGE characters: a newline or any other
+    character that is not printable (in a name, a path) is written as its escape."""
+    if not message.isprintable():
+        message = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
+    if len(message) > MAX_MESSAGE:
+        cut = MAX_MESSAGE - 40
+        message = f"{message[:cut]}... ({len(message) - cut:,} characters more)"
+    return message
 
 
 class MalformedError(CvmError):

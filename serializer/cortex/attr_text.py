@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from isa.attrs import BOOL, INT, INT32_MAX, INT32_MIN, INTS, OPT_INT, STR, attr_fields, parse_attrs
-from isa.errors import InvalidError, MalformedError
+from isa.errors import InvalidError, MalformedError, shown
 from isa.spec import OpDef
 from isa.types import Shape, TensorType
 from serializer.cortex.json_text import json_text, parse_json
@@ -28,10 +28,10 @@ def attr_object(text: str, where: str) -> dict[str, str]:
     """One op_attrs entry: a JSON object whose values are all strings."""
     obj = parse_json(text, "attr", f"{where} op_attrs")
     if type(obj) is not dict:
-        raise MalformedError("attr", f"{where}: op_attrs must be a JSON object, got {text!r}")
+        raise MalformedError("attr", f"{where}: op_attrs must be a JSON object, got {shown(text)}")
     for key, value in obj.items():
         if type(value) is not str:
-            raise MalformedError("attr", f"{where}: op_attrs value of {key!r} must be a string, got {value!r}")
+            raise MalformedError("attr", f"{where}: op_attrs value of {key!r} must be a string, got {shown(value)}")
     return obj
 
 
@@ -59,9 +59,9 @@ def check_variable_attrs(text: str, shape: Shape, precision: int, where: str) ->
             raise InvalidError("attr", f"{where}: a variable's op_attrs may hold only precision and shape, "
                                        f"not {key!r}")
     if "shape" in raw and decode_attr(INTS, raw["shape"], f"{where} shape") != shape:
-        raise InvalidError("shape", f"{where}: op_attrs shape {raw['shape']!r} differs from attrs.shape {shape}")
+        raise InvalidError("shape", f"{where}: op_attrs shape {shown(raw['shape'])} differs from attrs.shape {shape}")
     if "precision" in raw and decode_attr(INT, raw["precision"], f"{where} precision") != precision:
-        raise InvalidError("precision", f"{where}: op_attrs precision {raw['precision']!r} differs from "
+        raise InvalidError("precision", f"{where}: op_attrs precision {shown(raw['precision'])} differs from "
                                         f"attrs.precision {precision}")
 
 
@@ -99,7 +99,7 @@ def decode_attr(kind: str, text: str, where: str) -> Any:
     elif kind == INTS:
         value = _whole(text, _scan_tuple(text))
     if value is None:
-        raise MalformedError("attr", f"{where}={text!r} is not a valid {kind}")
+        raise MalformedError("attr", f"{where}={shown(text)} is not a valid {kind}")
     return value
 
 
