@@ -11,13 +11,14 @@ a receipt that does not decode is ``malformed.receipt``, a transaction file
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 import re
 import struct
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import msgpack
 import numpy as np
@@ -476,6 +477,137 @@ class StrictJson:
             # lists of 56 bytes for two characters each, measured), so the callers' limits on the text
             # bound it; a process with less memory than that still gets an answer, not a crash.
             raise LimitError("memory", f"{what}: its JSON does not fit in memory parsed") from None
+
+
+@dataclass(frozen=True)
+class Span:
+    """An array or object of JSON text, located but not parsed: ``text[start:end]``, nested
+    ``level`` deep (the text's first value is level 1)."""
+
+    start: int
+    end: int
+    level: int
+    array: bool     # an array, else an object
+
+    @property
+    def parsed_type(self) -> type:
+        """What parsing it gives (for messages that name a value's type)."""
+        return list if self.array else dict
+
+
+class JsonWalk:
+    """JSON text read a piece at a time, so that what parsing builds at once is what its caller
+    bounded, not the whole text: an object's members or an array's items in order, numbers,
+    strings and literals parsed, arrays and objects located as Spans (by the layout's spans at the
+    level they nest at), each parsed only when the caller asks.  Only arrays and objects at the
+    levels given may be walked into.
+
+    What is accepted is what json's parser accepts, piece by piece: the layout is exact on every
+    text the parser reads up to where it stops.  Faults are ``malformed.<reason>``."""
+
+    def __init__(self, text: str, json_: StrictJson, what: str, levels: dict[int, int], deeper: int = 0) -> None:
+        """``levels``: the levels whose arrays and objects are located in one pass over the text,
+        each with the most there may be at that level in the whole text (beyond it, the text is
+        refused).  The values of an array or object deeper down are located when it is walked
+        into, by a pass over it alone: at most ``deeper`` arrays and objects among them."""
+        self.text, self.json, self.what = text, json_, what
+        self.layout = json_layout(text, levels)
+        self.caps = levels
+        self.deeper = deeper
+        check_depth(self.layout.deepest, json_.reason, what)
+        if self.layout.lowest < 0:
+            # No JSON text closes what it did not open (and on a file of JSON lines that do not,
+            # the depth of each line is at most the file's).
+            raise MalformedError(json_.reason, f"{what} does not parse: a bracket closes what none opened")
+
+    def fault(self, pos: int, expected: str) -> MalformedError:
+        return MalformedError(self.json.reason, f"{self.what} does not parse: expected {expected} at character {pos}")
+
+    def first(self, where: str) -> Span | None:
+        """The text's one value if it is an array or an object (None if it is neither), with
+        nothing but whitespace after it."""
+        pos = skip_space(self.text, 0)
+        if not self.text.startswith(("[", "{"), pos):
+            return None
+        end = self.layout.first_end
+        if end < 0:
+            raise self.fault(len(self.text), f"the end of {where}, which begins at character {pos}")
+        if skip_space(self.text, end) != len(self.text):
+            raise self.fault(skip_space(self.text, end), "the end of the text")
+        return Span(pos, end, 1, self.text.startswith("[", pos))
+
+    def members(self, obj: Span, where: str) -> dict[str, Any]:
+        """The members of the object ``obj``."""
+        text = self.text
+        fields: dict[str, Any] = {}
+        values = self._values(obj)
+        pos = skip_space(text, obj.start + 1)
+        while not text.startswith("}", pos) or fields:
+            if not text.startswith('"', pos):
+                raise self.fault(pos, "a key")
+            key, pos = self.json.value(text, where, pos)
+            pos = skip_space(text, pos)
+            if not text.startswith(":", pos):
+                raise self.fault(pos, "':'")
+            if key in fields:
+                raise self.json.twice(key, where)
+            fields[key], pos = values(skip_space(text, pos + 1), f"{where}.{key[:40]}")
+            pos = skip_space(text, pos)
+            if text.startswith("}", pos):
+                break
+            if not text.startswith(",", pos):
+                raise self.fault(pos, "',' or '}'")
+            pos = skip_space(text, pos + 1)
+        return fields
+
+    def items(self, array: Span, where: str, most: int | None = None) -> Iterator[Any]:
+        """The items of the array ``array``, one at a time; if given, ``most`` is the most the
+        caller reads (it bounds what locating them deeper down takes)."""
+        text = self.text
+        values = self._values(array, most)
+        pos = skip_space(text, array.start + 1)
+        if text.startswith("]", pos):
+            return
+        for k in itertools.count():   # bounded by the array's length
+            item, pos = values(pos, f"{where}[{k}]")
+            yield item
+            pos = skip_space(text, pos)
+            if text.startswith("]", pos):
+                return
+            if not text.startswith(",", pos):
+                raise self.fault(pos, "',' or ']'")
+            pos = skip_space(text, pos + 1)
+
+    def _values(self, within: Span, most: int | None = None) -> Callable[[int, str], tuple[Any, int]]:
+        """Reads the values of ``within`` in order: each array or object among them is the next
+        of the layout's spans a level deeper."""
+        level = within.level + 1
+        if level in self.layout.spans:
+            opens, closes = self.layout.spans[level]
+            j, at, cap = int(np.searchsorted(opens, within.start)), 0, self.caps[level]
+        else:
+            cap = self.deeper if most is None else min(most, self.deeper)
+            opens, closes = json_layout(self.text[within.start:within.end], {2: cap}).spans[2]
+            j, at = 0, within.start   # positions in the slice
+
+        def value(pos: int, where: str) -> tuple[Any, int]:
+            nonlocal j
+            if not self.text.startswith(("[", "{"), pos):
+                return self.json.value(self.text, where, pos)
+            if j == len(opens):
+                raise MalformedError(self.json.reason, f"{where}: more than {cap} arrays and objects "
+                                                       f"nested {level} deep")
+            if j == len(closes):
+                raise self.fault(len(self.text), f"the end of {where}, which begins at character {pos}")
+            span = Span(pos, int(closes[j]) + at + 1, level, self.text.startswith("[", pos))
+            j += 1
+            return span, span.end
+        return value
+
+    def parse(self, span: Span, where: str) -> Any:
+        """The array or object ``span``, parsed whole (bound it first)."""
+        return self.json.value(self.text, where, span.start)[0]
+
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")   # JSON's whitespace

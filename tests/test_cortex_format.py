@@ -13,6 +13,7 @@ import dataclasses
 import gzip
 import json
 import struct
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from isa.table import OP_BY_NAME, OPS
 from isa.types import DTYPES, INT32, TensorType
 from serializer import cortex, limits
 from serializer.cortex import CortexLayout, graph_to_json_bytes, op_name, read_cortex, write_cortex
+from serializer.cortex import read as cortex_read
 from serializer.model import Input, Instr, Model, Param
 from tests.reference import FIXTURES, case_params, cvm_cases
 
@@ -119,8 +121,18 @@ Y8 = [("y", np.array([1, -2, 127], dtype=np.int32), 8)]
 
 
 def code_of(graph_, params=None):
+    """The code reading ``graph_`` fails with; a dict is read as JSON text too (a piece at a time),
+    with the same outcome."""
     with pytest.raises(CvmError) as e:
         read_cortex(graph_, params)
+    if isinstance(graph_, dict):
+        text = json.dumps(graph_)
+        for walk in (cortex_read._WALK_CHARS, 0):   # and every array and object walked, none parsed whole
+            with pytest.raises(CvmError) as t, mock.patch.object(cortex_read, "_WALK_CHARS", walk):
+                read_cortex(text.encode(), params)
+            assert t.value.code == e.value.code
+            if json.loads(text) == graph_:   # no tuple, which JSON spells as a list
+                assert t.value.message == e.value.message
     return e.value.code
 
 

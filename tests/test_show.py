@@ -98,10 +98,13 @@ def test_show_refuses_what_it_cannot_show(capsys, demo_files, tmp_path):
     assert code == EXIT_CODES["malformed"] and info["error"] == "malformed.kind"
     code, info = cvmvm_json(capsys, ["show", str(demo_files / "digits.cvm"), "--params", str(demo_files / "digits.params")])
     assert code == EXIT_CODES["usage"] and info["error"] == "usage.conflict"
-    for text in (b'{"nodes": [}', b'{"nodes": [{"op": "null"}, []]}'):
+    graph = json.loads((demo_files / "digits.json").read_text())
+    graph["nodes"][1] = []
+    for text in (b'{"nodes": [}', b'{"nodes": [{"op": "null"}, []]}', json.dumps(graph).encode()):
         (tmp_path / "bad.json").write_bytes(text)
         code, info = cvmvm_json(capsys, ["show", str(tmp_path / "bad.json")])
         assert info["error"] == "malformed.graph_json"
+    # Shown only once it reads as run reads it, without its params: not as nodes that are not there.
     assert "nodes[1] must be a JSON object, got list" in info["message"]
 
 

@@ -17,7 +17,6 @@ import numpy as np
 from isa.attrs import attrs_to_dict
 from isa.errors import CvmError, LimitError, MalformedError, UsageError
 from serializer import cortex, kinds, native
-from serializer.cortex.json_text import load_json
 from serializer.cortex.params import read_params
 from serializer.hashing import tensor_commitment
 from serializer.limits import MAX_GRAPH_JSON_BYTES
@@ -78,31 +77,24 @@ def _native(data: bytes) -> Shown:
 def _cortex_graph(data: bytes, path: str, params: str | None) -> Shown:
     if len(data) > MAX_GRAPH_JSON_BYTES:
         raise LimitError("bytes", f"graph JSON {path}: {len(data)} bytes exceed the limit of {MAX_GRAPH_JSON_BYTES}")
-    doc = load_json(data, "graph_json", path)
-    if type(doc) is not dict or type(doc.get("nodes")) is not list:
-        raise MalformedError("graph_json", f"{path}: a Cortex graph is a JSON object with a list of nodes")
-    nodes = doc["nodes"]
-    # Refused, not shown as empty nodes: an object made for each of millions of `[]`s took more
-    # memory than parsing them.
-    for k, n in enumerate(nodes):
-        if type(n) is not dict:
-            raise MalformedError("graph_json", f"{path}: nodes[{k}] must be a JSON object, got {type(n).__name__}")
-    if params is None and any(n.get("op") == "null" and n.get("name") != cortex.DATA for n in nodes):
-        # Its variables other than data come from a params file: without it, the nodes as written.
-        return _graph_nodes(doc, nodes)
+    graph = cortex.read_graph(data)
+    if params is None and any(n.op is None and n.name != cortex.DATA for n in graph.nodes):
+        # Its variables other than data come from a params file: without it, the nodes.
+        return _graph_nodes(graph)
     blob = None if params is None else read_kind(params, (kinds.CORTEX_PARAMS,), "params")
-    ir = cortex.read_cortex(doc, blob)
+    ir = cortex.graph_model(graph, blob)
     return _model(ir, native.encode(ir), "Cortex graph JSON")
 
 
-def _graph_nodes(doc: dict[str, Any], nodes: list[dict[str, Any]]) -> Shown:
-    rows = [{"node": k, "op": n.get("op"), "name": n.get("name"),
-             "inputs": [e[0] for e in n.get("inputs", []) if type(e) is list and e]} for k, n in enumerate(nodes)]
-    lines = [f"Cortex graph JSON, version {doc.get('version')}: {len(rows)} nodes, heads {doc.get('heads')}",
+def _graph_nodes(graph: cortex.Graph) -> Shown:
+    rows = [{"node": k, "op": "null" if n.op is None else "cvm_op", "name": n.name,
+             "inputs": [src for src, _ in n.inputs]} for k, n in enumerate(graph.nodes)]
+    heads = [[src, idx, 0] for src, idx in graph.heads]
+    lines = [f"Cortex graph JSON, version {graph.version}: {len(rows)} nodes, heads {heads}",
              "(its params file is needed to decode it as a model: cvmvm show GRAPH --params PARAMS)"]
-    lines += [f"node {r['node']}: " + (f"variable {r['name']}" if r["op"] == "null" else
-                                       f"{r['op']} {r['name']} <- nodes {r['inputs']}") for r in rows]
-    return {"version": doc.get("version"), "nodes": rows, "heads": doc.get("heads")}, lines
+    lines += [f"node {r['node']}: " + (f"variable {n.name}" if n.op is None else
+                                       f"{n.op.name} {n.name} <- nodes {r['inputs']}") for r, n in zip(rows, graph.nodes)]
+    return {"version": graph.version, "nodes": rows, "heads": heads}, lines
 
 
 def _params(data: bytes) -> Shown:

@@ -34,9 +34,9 @@ from serializer.cortex.attr_text import attr_text, decode_attr
 from serializer.cortex.json_text import json_text
 from serializer.cortex.layout import (CANONICAL_VERSION, DATA, NODE_ATTR_KEYS, OPERATOR_KEYS, TOP_KEYS, VARIABLE_KEYS,
                                       VERSIONS, CortexLayout, CortexNode)
-from serializer.cortex.read import op_name, read_cortex
+from serializer.cortex.read import Graph, graph_model, op_name, read_cortex, read_graph
 from serializer.cortex.write import graph_to_json_bytes, write_cortex
 
-__all__ = ["read_cortex", "write_cortex", "graph_to_json_bytes", "CortexLayout", "CortexNode", "decode_attr",
+__all__ = ["read_cortex", "read_graph", "graph_model", "Graph", "write_cortex", "graph_to_json_bytes", "CortexLayout", "CortexNode", "decode_attr",
            "attr_text", "json_text", "op_name", "VERSIONS", "CANONICAL_VERSION", "DATA", "TOP_KEYS",
            "VARIABLE_KEYS", "OPERATOR_KEYS", "NODE_ATTR_KEYS"]

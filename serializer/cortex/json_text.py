@@ -20,21 +20,17 @@ _ESCAPE = re.compile(r"\\(.?)", re.S)
 _WRITE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def load_json(data: bytes, reason: str, what: str) -> Any:
-    """Strict JSON: UTF-8, no duplicate keys, no NaN/Infinity, only the runtime's string escapes."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise MalformedError(reason, f"{what} is not UTF-8 ({e.reason} at byte {e.start})") from None
-    return parse_json(text, reason, what)
-
-
 def parse_json(text: str, reason: str, what: str) -> Any:
+    return strict.parse_json(check_escapes(text, reason, what), reason, what)
+
+
+def check_escapes(text: str, reason: str, what: str) -> str:
+    """``text``, if it holds only the string escapes the runtime reads."""
     for m in _ESCAPE.finditer(text):
         if m.group(1) not in RUNTIME_ESCAPES:
             raise MalformedError(reason, f"{what}: string escape {m.group(0)!r} at offset {m.start()} is not "
                                          "one the Cortex runtime reads (\\r \\n \\t \\\\ \\\")")
-    return strict.parse_json(text, reason, what)
+    return text
 
 
 def json_text(value: Any) -> str:

@@ -9,25 +9,42 @@ the graph rules (counts, topology, names, precisions, storage: ``invalid.*``,
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from isa.attrs import INT32_MAX
-from isa.errors import InvalidError, LimitError, MalformedError, UsageError
+from isa.errors import CvmError, InvalidError, LimitError, MalformedError, UsageError, shown
 from isa.spec import OpDef
 from isa.table import OP_BY_NAME
 from isa.types import (DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, Shape, TensorType, check_shape,
                        clip_to_precision, precision_bound)
 from serializer import limits
+from serializer.strict import MAX_ITEMS, JsonWalk, Span, StrictJson
 from serializer.cortex.attr_text import check_variable_attrs, read_operator_attrs
-from serializer.cortex.json_text import load_json
+from serializer.cortex.json_text import check_escapes
 from serializer.cortex.layout import (DATA, GRAPH_ATTR_TAGS, NODE_ATTR_KEYS, OPERATOR_KEYS, TOP_KEYS, VARIABLE_KEYS,
                                       VERSIONS, CortexLayout, CortexNode)
 from serializer.cortex.params import ParamArray, read_params
 from serializer.model import Input, Instr, Model, Param
 
 UINT32_MAX = (1 << 32) - 1
+# A model has at most MAX_ITEMS inputs, params and instructions, a node each.
+MAX_NODES = 3 * MAX_ITEMS
+# Graph JSON text is read a piece at a time (_Text): the small arrays and objects parsed whole (an
+# entry: three numbers; a shape: six; a node's attrs: four short strings) have at most this many
+# characters, room for any spacing a writer gives them.
+MAX_PIECE_CHARS = 1 << 16
+# An array or object of at most this many characters is parsed whole (json's C parser, where
+# walking it takes many calls in Python; what it builds is bounded alike); a longer one is walked.
+_WALK_CHARS = MAX_PIECE_CHARS
+# The levels of a graph JSON's arrays and objects located in one pass, with the most there may be
+# at each: the top level's (5 keys hold them); nodes, heads and the graph attrs' [tag, list] pairs;
+# each node's inputs and attrs, and each pair's list.  Deeper, the entries or shapes of one list
+# longer than MAX_PIECE_CHARS are located when it is read: at most as many as any list holds.
+_LEVELS = {2: len(TOP_KEYS), 3: MAX_NODES + MAX_ITEMS + len(GRAPH_ATTR_TAGS), 4: 2 * MAX_NODES + len(GRAPH_ATTR_TAGS)}
+_DEEPER = 2 * MAX_NODES + 1
 _OP_SUFFIX = re.compile(r"_[0-9]*\Z")
 
 # The runtime's whitelist of ops whose output may share a storage id with an
@@ -42,34 +59,64 @@ STORAGE_REUSE_OPS = frozenset({
 def read_cortex(graph: Any, params: Any = None) -> Model:
     """Decode a Cortex model.
 
-    ``graph``: a dict (parsed JSON), JSON text (a str), or UTF-8 bytes.
-    ``params``: bytes or None (no params file).  Raises CvmError for anything
-    the format does not allow.  (cvmvm.load_cortex also takes paths.)
+    ``graph``: a dict (parsed JSON), JSON text (a str), or UTF-8 bytes; text is read a piece at
+    a time (``_Text``).  ``params``: bytes or None (no params file).  Raises CvmError for
+    anything the format does not allow.  (cvmvm.load_cortex also takes paths.)
     """
-    doc = load_json(_graph_bytes(graph), "graph_json", "graph JSON") if not isinstance(graph, dict) else graph
-    blob = None if params is None else _source_bytes(params, limits.MAX_PARAMS_BYTES, "params")
+    return graph_model(read_graph(graph), params)
 
-    top = _object(doc, "graph", TOP_KEYS)
+
+def graph_model(g: Graph, params: Any = None) -> Model:
+    """The Model of a checked graph and its params file (bytes, or None)."""
+    blob = None if params is None else _source_bytes(params, limits.MAX_PARAMS_BYTES, "params")
+    return _build_model(g, None if blob is None else read_params(blob))
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A graph JSON, every rule checked that needs no params file."""
+
+    version: str
+    nodes: list[_Node]
+    heads: list[tuple[int, int]]
+    arg_nodes: list[int]
+    row_ptr: list[int]
+    attrs: dict[str, list[Any]]
+    first_entry: list[int]   # each node's first entry id, and the entry count last
+    shapes: list[Shape]
+    dltypes: list[str]
+    records: list[Any]       # each operator's attribute record
+
+
+def read_graph(graph: Any) -> Graph:
+    """A graph JSON (as ``read_cortex`` takes it), checked: its structure, then the graph rules."""
+    src: _Parsed | _Text = _Parsed(graph) if isinstance(graph, dict) else _Text(_graph_text(graph))
+    top = src.object(src.top(), "graph", TOP_KEYS)
     version = _str(top["version"], "version")
     if version not in VERSIONS:
-        raise MalformedError("graph_json", f"version {version!r} is not one of {', '.join(VERSIONS)}")
-    nodes = [_node(raw, nid) for nid, raw in enumerate(_list(top["nodes"], "nodes"))]
-    heads = [_entry(e, f"heads[{k}]") for k, e in enumerate(_list(top["heads"], "heads"))]
-    arg_nodes = [_uint32(v, f"arg_nodes[{k}]") for k, v in enumerate(_list(top["arg_nodes"], "arg_nodes"))]
-    row_ptr = [_uint32(v, f"node_row_ptr[{k}]") for k, v in enumerate(_list(top["node_row_ptr"], "node_row_ptr"))]
-    attrs = _graph_attrs(top["attrs"], version)
+        raise MalformedError("graph_json", f"version {shown(version)} is not one of {', '.join(VERSIONS)}")
+    nodes = [_node(src, raw, nid) for nid, raw in _at_most(src.array(top["nodes"], "nodes", MAX_NODES + 1), MAX_NODES, LimitError(
+        "items", f"nodes: more than {MAX_NODES} (a model has at most {MAX_ITEMS} inputs, params and instructions)"))]
+    heads = [_entry(src.whole(e, f"heads[{k}]"), f"heads[{k}]") for k, e in _at_most(
+        src.array(top["heads"], "heads", MAX_ITEMS + 1), MAX_ITEMS, LimitError("items", f"heads: more than {MAX_ITEMS} outputs"))]
+    # Node ids, and rows of entries: never more than the nodes (and one).
+    arg_nodes = [_uint32(v, f"arg_nodes[{k}]") for k, v in _at_most(
+        src.array(top["arg_nodes"], "arg_nodes", len(nodes) + 1), len(nodes),
+        InvalidError("graph", f"arg_nodes lists more ids than the graph's {len(nodes)} nodes"))]
+    row_ptr = [_uint32(v, f"node_row_ptr[{k}]") for k, v in _at_most(
+        src.array(top["node_row_ptr"], "node_row_ptr", len(nodes) + 2), len(nodes) + 1,
+        InvalidError("graph", f"node_row_ptr has more items than the graph's {len(nodes)} nodes and one"))]
 
     counts = [1 if n.op is None else len(n.op.outputs) for n in nodes]
     first_entry = [0]
     for c in counts:
         first_entry.append(first_entry[-1] + c)
     num_entries = first_entry[-1]
+    attrs = _graph_attrs(src, top["attrs"], version, len(nodes), num_entries)
     variables = [nid for nid, n in enumerate(nodes) if n.op is None]
     if version == "cvm_1.0.0":
-        if row_ptr != first_entry:
-            raise InvalidError("graph", f"node_row_ptr {row_ptr} must be {first_entry} (cvm_1.0.0)")
-        if arg_nodes != variables:
-            raise InvalidError("graph", f"arg_nodes {arg_nodes} must be the variable nodes {variables} (cvm_1.0.0)")
+        _check_same(row_ptr, first_entry, "node_row_ptr", "the running count of the nodes' outputs")
+        _check_same(arg_nodes, variables, "arg_nodes", "the variable nodes' ids")
 
     _check_counts(attrs, len(nodes), num_entries)
     _check_topology(nodes, heads, counts)
@@ -78,7 +125,7 @@ def read_cortex(graph: Any, params: Any = None) -> Model:
     dltypes = list(attrs["dltype"]) if "dltype" in attrs else [INT32] * num_entries
     for eid, dt in enumerate(dltypes):
         if dt not in DTYPES:
-            raise InvalidError("dtype", f"attrs.dltype[{eid}] is {dt!r}; not one of {', '.join(DTYPES)}")
+            raise InvalidError("dtype", f"attrs.dltype[{eid}] is {shown(dt)}; not one of {', '.join(DTYPES)}")
     _check_precisions(nodes, attrs["precision"], first_entry, dltypes)
     _check_storage(nodes, attrs["storage_id"], first_entry)
 
@@ -89,13 +136,10 @@ def read_cortex(graph: Any, params: Any = None) -> Model:
             check_variable_attrs(text, shapes[first_entry[nid]], attrs["precision"][first_entry[nid]], where)
         else:
             records.append(read_operator_attrs(node.op, text, where))
-
-    arrays = None if blob is None else read_params(blob)
-    return _build_model(version, nodes, heads, attrs, arg_nodes, row_ptr, first_entry, shapes, dltypes, records,
-                        arrays)
+    return Graph(version, nodes, heads, arg_nodes, row_ptr, attrs, first_entry, shapes, dltypes, records)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Node:
     name: str
     op: OpDef | None                      # None: a variable
@@ -103,15 +147,20 @@ class _Node:
     attrs: dict[str, str]                 # the node's own "attrs" (operators only)
 
 
-def _graph_bytes(graph: Any) -> bytes:
+def _graph_text(graph: Any) -> str:
     if isinstance(graph, str):
         try:
-            data = graph.encode("utf-8")
+            size = len(graph.encode("utf-8"))
         except UnicodeEncodeError as e:
             raise MalformedError("graph_json", f"graph JSON text is not valid Unicode ({e.reason})") from None
-        _check_size(len(data), limits.MAX_GRAPH_JSON_BYTES, "graph JSON")
-        return data
-    return _source_bytes(graph, limits.MAX_GRAPH_JSON_BYTES, "graph JSON")
+        _check_size(size, limits.MAX_GRAPH_JSON_BYTES, "graph JSON")
+        return check_escapes(graph, "graph_json", "graph JSON")
+    data = _source_bytes(graph, limits.MAX_GRAPH_JSON_BYTES, "graph JSON")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedError("graph_json", f"graph JSON is not UTF-8 ({e.reason} at byte {e.start})") from None
+    return check_escapes(text, "graph_json", "graph JSON")
 
 
 def _source_bytes(source: Any, limit: int, what: str) -> bytes:
@@ -129,11 +178,96 @@ def _check_size(size: int, limit: int, what: str) -> None:
         raise LimitError("bytes", f"{what}: {size} bytes exceed the limit of {limit}")
 
 
+# -- the two ways a graph comes: parsed, or text read a piece at a time ----------
+
+class _Parsed:
+    """A graph given parsed (a dict): its values are read as they are."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    def top(self) -> Any:
+        return self.doc
+
+    def object(self, value: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> dict[str, Any]:
+        return _object(value, where, required, optional)
+
+    def array(self, value: Any, where: str, most: int = 0) -> Iterator[Any]:
+        return iter(_list(value, where))
+
+    def whole(self, value: Any, where: str) -> Any:
+        return value
+
+
+class _Text:
+    """A graph given as JSON text, read a piece at a time (strict.JsonWalk), so that what parsing
+    builds at once is one string or number, or one array or object of at most MAX_PIECE_CHARS
+    characters, whatever the file holds: a longer array is read an item at a time, up to the most
+    items it may have, and a longer object a member at a time.  It is accepted exactly when the
+    whole text parsed would be (tests/test_cortex_format.py reads every case both ways)."""
+
+    def __init__(self, text: str) -> None:
+        self.walk = JsonWalk(text, StrictJson("graph_json"), "graph JSON", _LEVELS, _DEEPER)
+
+    def top(self) -> Any:
+        span = self.walk.first("the graph")
+        return span if span is not None else self.walk.json.document(self.walk.text, "graph JSON")
+
+    def object(self, value: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> dict[str, Any]:
+        if type(value) is Span:
+            if value.array:
+                raise MalformedError("graph_json", f"{where} must be a JSON object, got list")
+            small = self._small(value, where)
+            value = self.walk.members(value, where) if small is None else small
+        return _object(value, where, required, optional)
+
+    def array(self, value: Any, where: str, most: int = 0) -> Iterator[Any]:
+        """The items of an array (``most``, if given: the most the caller reads), read an item at a
+        time if it is long, unless it holds at most ``most`` numbers and strings and no bracket:
+        then parsing it whole builds no more than its items."""
+        if type(value) is Span:
+            text = self.walk.text
+            if not value.array:
+                raise MalformedError("graph_json", f"{where} must be a JSON array, got dict")
+            small = self._small(value, where)
+            if small is None and text.count(",", value.start, value.end) < most \
+                    and text.count("[", value.start + 1, value.end) + text.count("{", value.start, value.end) == 0:
+                small = self.walk.parse(value, where)
+            return self.walk.items(value, where, most or None) if small is None else iter(small)
+        return iter(_list(value, where))
+
+    def _small(self, span: Span, where: str) -> Any:
+        """``span`` parsed whole if it is short enough (one call of json's C parser, where walking
+        it would take many in Python), else None."""
+        return self.walk.parse(span, where) if span.end - span.start <= _WALK_CHARS else None
+
+    def whole(self, value: Any, where: str) -> Any:
+        if type(value) is not Span:
+            return value
+        if value.end - value.start > MAX_PIECE_CHARS:
+            raise LimitError("bytes", f"graph JSON: {where} has {value.end - value.start} characters; an entry, a "
+                                      f"shape or a node's attrs has at most {MAX_PIECE_CHARS}")
+        return self.walk.parse(value, where)
+
+
+def _type_name(value: Any) -> str:
+    """The JSON value's Python type, for messages: a Span is named by what parsing it would give."""
+    return (value.parsed_type if type(value) is Span else type(value)).__name__
+
+
+def _at_most(items: Iterator[Any], most: int, fault: CvmError) -> Iterator[tuple[int, Any]]:
+    """The items, numbered; ``fault`` is raised at the one after the ``most``-th, before it is read."""
+    for k, item in enumerate(items):
+        if k == most:
+            raise fault
+        yield k, item
+
+
 # -- structure: keys and JSON types (malformed.graph_json) -------------------
 
 def _object(value: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> dict[str, Any]:
     if type(value) is not dict:
-        raise MalformedError("graph_json", f"{where} must be a JSON object, got {type(value).__name__}")
+        raise MalformedError("graph_json", f"{where} must be a JSON object, got {_type_name(value)}")
     for key in value:
         if key not in required and key not in optional:
             raise MalformedError("graph_json", f"{where}: unknown key {key!r}")
@@ -145,19 +279,20 @@ def _object(value: Any, where: str, required: Sequence[str], optional: Sequence[
 
 def _list(value: Any, where: str) -> list[Any]:
     if type(value) is not list:
-        raise MalformedError("graph_json", f"{where} must be a JSON array, got {type(value).__name__}")
+        raise MalformedError("graph_json", f"{where} must be a JSON array, got {_type_name(value)}")
     return value
 
 
 def _str(value: Any, where: str) -> str:
     if type(value) is not str:
-        raise MalformedError("graph_json", f"{where} must be a string, got {type(value).__name__}")
+        raise MalformedError("graph_json", f"{where} must be a string, got {_type_name(value)}")
     return value
 
 
 def _int(value: Any, where: str) -> int:
     if type(value) is not int:  # not isinstance: True is an int to isinstance
-        raise MalformedError("graph_json", f"{where} must be an integer, got {value!r}")
+        raise MalformedError("graph_json", f"{where} must be an integer, got "
+                                           f"{_type_name(value) if isinstance(value, (Span, list, dict)) else shown(value)}")
     return value
 
 
@@ -172,7 +307,7 @@ def _entry(value: Any, where: str) -> tuple[int, int]:
     """A node entry [node id, output index, version]; version is always 0 in Cortex graphs."""
     items = _list(value, where)
     if len(items) != 3:
-        raise MalformedError("graph_json", f"{where} must be [node id, output index, version], got {items!r}")
+        raise MalformedError("graph_json", f"{where} must be [node id, output index, version], got {shown(items)}")
     nid, idx, version = (_int(v, where) for v in items)
     if nid < 0 or idx < 0:
         raise InvalidError("graph", f"{where}={items} refers to a negative node or output")
@@ -181,28 +316,33 @@ def _entry(value: Any, where: str) -> tuple[int, int]:
     return nid, idx
 
 
-def _node(raw: Any, nid: int) -> _Node:
+def _node(src: _Parsed | _Text, value: Any, nid: int) -> _Node:
     where = f"nodes[{nid}]"
-    kind = _object(raw, where, ("op",), OPERATOR_KEYS)["op"]
+    raw = src.object(value, where, ("op",), OPERATOR_KEYS)
+    kind = raw["op"]
     if kind == "null":
         _object(raw, where, VARIABLE_KEYS)
     elif kind == "cvm_op":
         _object(raw, where, OPERATOR_KEYS)
     else:
-        raise MalformedError("graph_json", f"{where}.op must be \"null\" or \"cvm_op\", got {kind!r}")
+        raise MalformedError("graph_json", f"{where}.op must be \"null\" or \"cvm_op\", got {shown(kind)}")
     name = _str(raw["name"], f"{where}.name")
-    inputs = tuple(_entry(e, f"{where}.inputs[{k}]") for k, e in enumerate(_list(raw["inputs"], f"{where}.inputs")))
+    listed = src.array(raw["inputs"], f"{where}.inputs", MAX_ITEMS + 1)
+    # An instruction reads at most MAX_ITEMS tensors (the verifier's limit, checked here before
+    # they are read).
+    inputs = tuple(_entry(src.whole(e, f"{where}.inputs[{k}]"), f"{where}.inputs[{k}]") for k, e in
+                   _at_most(listed, MAX_ITEMS, LimitError("items", f"{where}.inputs: more than {MAX_ITEMS} inputs")))
     if kind == "null":
         if inputs:
             raise InvalidError("graph", f"{where} ({name}) is a variable but lists inputs")
         return _Node(name, None, (), {})
-    node_attrs = _object(raw["attrs"], f"{where}.attrs", NODE_ATTR_KEYS)
+    node_attrs = _object(src.whole(raw["attrs"], f"{where}.attrs"), f"{where}.attrs", NODE_ATTR_KEYS)
     for key in NODE_ATTR_KEYS:
         _str(node_attrs[key], f"{where}.attrs.{key}")
     func_name = node_attrs["func_name"]
     op = OP_BY_NAME.get(op_name(func_name))
     if op is None:
-        raise InvalidError("op", f"{where} ({name}): unknown op {func_name!r}")
+        raise InvalidError("op", f"{where} ({name}): unknown op {shown(func_name)}")
     return _Node(name, op, inputs, node_attrs)
 
 
@@ -211,19 +351,24 @@ def op_name(func_name: str) -> str:
     return _OP_SUFFIX.sub("", func_name, count=1)
 
 
-def _graph_attrs(raw: Any, version: str) -> dict[str, list[Any]]:
+def _graph_attrs(src: _Parsed | _Text, value: Any, version: str, num_nodes: int,
+                 num_entries: int) -> dict[str, list[Any]]:
+    """The graph attribute lists, each read up to one item more than the graph may have
+    (_check_counts says which have another count)."""
     required = ["shape", "precision", "op_attrs", "storage_id"]
     if version == "cvm_1.0.0":
         required.append("dltype")
-    obj = _object(raw, "attrs", required, tuple(GRAPH_ATTR_TAGS))
+    obj = src.object(value, "attrs", required, tuple(GRAPH_ATTR_TAGS))
     out: dict[str, list[Any]] = {}
     for key, value in obj.items():
         where = f"attrs.{key}"
-        pair = _list(value, where)
+        pair = list(itertools.islice(src.array(value, where), 3))
         if len(pair) != 2 or pair[0] != GRAPH_ATTR_TAGS[key]:
             raise MalformedError("graph_json", f"{where} must be [\"{GRAPH_ATTR_TAGS[key]}\", [...]]")
-        items = _list(pair[1], f"{where}[1]")
+        most = num_nodes if key == "op_attrs" else 0 if key == "device_index" else num_entries
+        items = list(itertools.islice(src.array(pair[1], f"{where}[1]", most + 1), most + 1))
         if key == "shape":
+            items = [src.whole(s, f"{where}[{k}]") for k, s in enumerate(items)]
             for k, s in enumerate(items):
                 for d in _list(s, f"{where}[{k}]"):
                     _int(d, f"{where}[{k}]")
@@ -242,12 +387,30 @@ def _graph_attrs(raw: Any, version: str) -> dict[str, list[Any]]:
 def _check_counts(attrs: dict[str, list[Any]], num_nodes: int, num_entries: int) -> None:
     for key in ("shape", "precision", "storage_id", "dltype"):
         if key in attrs and len(attrs[key]) != num_entries:
-            raise InvalidError("graph", f"attrs.{key} has {len(attrs[key])} entries; the graph has {num_entries}")
+            raise InvalidError("graph", f"attrs.{key} has {_count(attrs[key], num_entries)} entries; "
+                                        f"the graph has {num_entries}")
     if len(attrs["op_attrs"]) != num_nodes:
-        raise InvalidError("graph", f"attrs.op_attrs has {len(attrs['op_attrs'])} entries; "
+        raise InvalidError("graph", f"attrs.op_attrs has {_count(attrs['op_attrs'], num_nodes)} entries; "
                                     f"the graph has {num_nodes} nodes")
     if attrs.get("device_index"):
         raise InvalidError("graph", "attrs.device_index must be empty")
+    if len(attrs.get("dtype", ())) > num_entries:
+        raise InvalidError("graph", f"attrs.dtype has more than {num_entries} entries; the graph has {num_entries}")
+
+
+def _count(items: list[Any], most: int) -> str:
+    """How many items a list read up to one more than ``most`` has."""
+    return f"more than {most}" if len(items) > most else f"{len(items)}"
+
+
+def _check_same(given: list[int], expected: list[int], key: str, what: str) -> None:
+    """cvm_1.0.0's redundant lists: each must be what the nodes imply (named at the first difference,
+    not printed whole: a graph may have a million nodes)."""
+    if given != expected:
+        k = next((k for k, (g, e) in enumerate(zip(given, expected)) if g != e), None)
+        differs = (f"{key}[{k}] is {given[k]}, where it must be {expected[k]}" if k is not None else
+                   f"it has {len(given)} items, where it must have {len(expected)}")
+        raise InvalidError("graph", f"{key} must be {what} (cvm_1.0.0): {differs}")
 
 
 def _check_topology(nodes: list[_Node], heads: list[tuple[int, int]], counts: list[int]) -> None:
@@ -313,9 +476,8 @@ def _check_storage(nodes: list[_Node], storage: list[int], first_entry: list[int
 
 # -- the Model ----------------------------------------------------------------
 
-def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]], attrs: dict[str, list[Any]],
-                 arg_nodes: list[int], row_ptr: list[int], first_entry: list[int], shapes: list[Shape],
-                 dltypes: list[str], records: list[Any], arrays: dict[str, ParamArray] | None) -> Model:
+def _build_model(g: Graph, arrays: dict[str, ParamArray] | None) -> Model:
+    nodes, attrs, first_entry, shapes, dltypes = g.nodes, g.attrs, g.first_entry, g.shapes, g.dltypes
     given = arrays or {}
     var_names = {n.name for n in nodes if n.op is None}
     for name in given:
@@ -372,7 +534,7 @@ def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]],
             continue
         tensor_of_node[nid] = next_id
         count = len(node.op.outputs)
-        instrs.append(Instr(node.op.name, records[len(instrs)],
+        instrs.append(Instr(node.op.name, g.records[len(instrs)],
                             tuple(tensor_of_node[src] + idx for src, idx in node.inputs),
                             tuple(range(next_id, next_id + count)), node.name,
                             tuple(shapes[first_entry[nid]:first_entry[nid + 1]]),
@@ -381,14 +543,14 @@ def _build_model(version: str, nodes: list[_Node], heads: list[tuple[int, int]],
                                        node.attrs["num_inputs"], node.attrs["num_outputs"],
                                        node.attrs["flatten_data"]))
         next_id += count
-    outputs = tuple(tensor_of_node[src] + idx for src, idx in heads)
+    outputs = tuple(tensor_of_node[src] + idx for src, idx in g.heads)
 
     model_inputs, model_params, model_instrs = tuple(inputs), tuple(params), tuple(instrs)
     layout = CortexLayout(
-        version=version,
+        version=g.version,
         nodes=tuple(layout_nodes),
-        arg_nodes=tuple(arg_nodes),
-        node_row_ptr=tuple(row_ptr),
+        arg_nodes=tuple(g.arg_nodes),
+        node_row_ptr=tuple(g.row_ptr),
         precision=tuple(precision),
         storage_id=tuple(attrs["storage_id"]),
         dltype=tuple(attrs["dltype"]) if "dltype" in attrs else None,

@@ -13,24 +13,20 @@ commitment and the trace root, so no field the root commits to can be rewritten.
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-import numpy as np
-
 from isa.attrs import INTS, attr_fields, attrs_to_dict
 from isa.errors import CvmError, LimitError, MalformedError
 from isa.table import OP_BY_NAME, OPS
 from isa.types import TensorType
-from serializer import strict
 from serializer.hashing import (HASH_SIZE, INPUT, INSTR, KIND_NAMES, PARAM, TraceEntry, input_commitment, leaf_hash,
                                 program_root, trace_root, tree_root)
 from serializer.records.program import head_record, input_record, instr_record, param_record
-from serializer.strict import MAX_ITEMS, MAX_NAME, JsonLayout, Reader, StrictJson, skip_space
+from serializer.strict import MAX_ITEMS, MAX_NAME, JsonWalk, Reader, Span, StrictJson, skip_space
 
 TRACE_VERSION = 3
 TRACE_FORMAT = f"cvmvm-trace/{TRACE_VERSION}"
@@ -102,91 +98,28 @@ def _object(text: str, pos: int, where: str) -> None:
         raise MalformedError("trace", f"{where}: expected an entry with kind one of {list(KIND_NAMES)}")
 
 
-@dataclass(frozen=True)
-class _Span:
-    """An array or object of the document form's top level, located but not parsed."""
-
-    start: int
-    end: int
-
-
-def _document(text: str, layout: JsonLayout, json_: StrictJson,
-              what: str) -> tuple[dict[str, Any], Iterator[Any] | None]:
+def _document(walk: JsonWalk, what: str) -> tuple[dict[str, Any], Iterator[Any] | None]:
     """The document form: its top level's values (strings and numbers parsed, arrays and objects
-    located by the layout, unparsed), and an iterator parsing its entries one at a time (None if
-    `entries` is no array).
-
-    What is accepted is what the JSON parser accepts, piece by piece; the layout only bounds each
-    piece before it is parsed (and it is exact on every text the parser reads up to there)."""
-    opens, closes = layout.spans[2]
-
-    def fault(pos: int, expected: str) -> MalformedError:
-        return MalformedError("trace", f"{what} does not parse: expected {expected} at character {pos}")
-
-    pos = skip_space(text, 0)
-    if not text.startswith("{", pos):
+    located, unparsed), and an iterator parsing its entries one at a time (None if `entries` is
+    no array)."""
+    top = walk.first(what)
+    if top is None or top.array:
         raise MalformedError("trace", f"{what}: not a {TRACE_FORMAT} file")
-    fields: dict[str, Any] = {}
-    k = 0   # the top level's arrays and objects come in order: the next one's span
-    pos = skip_space(text, pos + 1)
-    while not text.startswith("}", pos) or fields:
-        if not text.startswith('"', pos):
-            raise fault(pos, "a key")
-        key, pos = json_.value(text, what, pos)
-        pos = skip_space(text, pos)
-        if not text.startswith(":", pos):
-            raise fault(pos, "':'")
-        if key in fields:
-            raise json_.twice(key, what)
-        pos = skip_space(text, pos + 1)
-        if text.startswith(("[", "{"), pos):
-            if k == len(opens):
-                raise MalformedError("trace", f"{what}: more than {len(opens)} arrays and objects at its top level")
-            if k == len(closes):
-                raise fault(len(text), f"the end of the array or object at character {pos}")
-            fields[key], pos = _Span(pos, int(closes[k]) + 1), int(closes[k]) + 1
-            k += 1
-        else:
-            fields[key], pos = json_.value(text, what, pos)
-        pos = skip_space(text, pos)
-        if text.startswith("}", pos):
-            break
-        if not text.startswith(",", pos):
-            raise fault(pos, "',' or '}'")
-        pos = skip_space(text, pos + 1)
-    if skip_space(text, pos + 1) != len(text):
-        raise fault(skip_space(text, pos + 1), "the end of the file")
+    fields = walk.members(top, what)
     entries = fields.pop("entries", None)
-    if type(entries) is not _Span or not text.startswith("[", entries.start):
+    if type(entries) is not Span or not entries.array:
         return fields, None
-    return fields, _items(text, entries, layout.spans[3], json_, what)
+    return fields, _items(walk, entries, what)
 
 
-def _items(text: str, array: _Span, spans: tuple[np.ndarray, np.ndarray], json_: StrictJson,
-           what: str) -> Iterator[Any]:
-    opens, closes = spans
-    # Inside the array, the arrays and objects of that depth are its items, in order.
-    j = int(np.searchsorted(opens, array.start))
-    pos = skip_space(text, array.start + 1)
-    if text.startswith("]", pos):
-        return
-    for k in itertools.count():   # the spans' cap, and load_trace, bound the count
+def _items(walk: JsonWalk, entries: Span, what: str) -> Iterator[Any]:
+    for k, item in enumerate(walk.items(entries, f"{what}: entries")):   # load_trace bounds the count
         where = f"{what}: entries[{k}]"
-        _object(text, pos, where)
-        if j == len(opens):
-            raise MalformedError("trace", f"{where}: more than {MAX_ENTRIES} entries")
-        if j == len(closes):
-            raise MalformedError("trace", f"{what} does not parse: entries[{k}] does not end")
-        _bounded(text, pos, int(closes[j]) + 1, where)
-        row, pos = json_.value(text, where, pos)
-        j += 1
-        yield row
-        pos = skip_space(text, pos)
-        if text.startswith("]", pos):
-            return
-        if not text.startswith(",", pos):
-            raise MalformedError("trace", f"{what} does not parse: expected ',' or ']' at character {pos}")
-        pos = skip_space(text, pos + 1)
+        if type(item) is not Span:
+            raise MalformedError("trace", f"{where}: expected an entry with kind one of {list(KIND_NAMES)}")
+        _object(walk.text, item.start, where)
+        _bounded(walk.text, item.start, item.end, where)
+        yield walk.parse(item, where)
 
 
 def _lines(text: str, json_: StrictJson, what: str) -> tuple[Any, Iterator[Any]]:
@@ -224,20 +157,13 @@ def _read(data: bytes, what: str) -> tuple[dict[str, Any], Iterator[Any]]:
         raise MalformedError("trace", f"{what}: not UTF-8 ({e.reason} at byte {e.start})") from None
     # The document form's top-level arrays and objects (its keys, at most) and its entries (with
     # anything else as deep), past the most there may be, are not located.
-    layout = strict.json_layout(text, {2: len(DOC_KEYS), 3: MAX_ENTRIES + 1})
-    strict.check_depth(layout.deepest, "trace", what)
-    if layout.lowest < 0:
-        # No JSON text closes what it did not open, and on a file of JSON lines that do not, the
-        # depth of each line is at most the file's (the layout is exact up to a line that does
-        # not parse, and parsing stops there).
-        raise MalformedError("trace", f"{what} does not parse: a bracket closes what none opened")
-    json_ = StrictJson("trace")
+    walk = JsonWalk(text, StrictJson("trace"), what, {2: len(DOC_KEYS), 3: MAX_ENTRIES})
     header: Any
     rows: Iterator[Any] | None
-    if layout.first_end >= 0 and skip_space(text, layout.first_end) < len(text):   # more than one value
-        header, rows = _lines(text, json_, what)
+    if walk.layout.first_end >= 0 and skip_space(text, walk.layout.first_end) < len(text):   # more than one value
+        header, rows = _lines(text, walk.json, what)
     else:
-        header, rows = _document(text, layout, json_, what)
+        header, rows = _document(walk, what)
     fmt = header.get("format") if type(header) is dict else None
     if type(fmt) is str and fmt.startswith("cvmvm-trace/") and fmt != TRACE_FORMAT:
         version = fmt.split("/", 1)[1]
@@ -249,9 +175,9 @@ def _read(data: bytes, what: str) -> tuple[dict[str, Any], Iterator[Any]]:
         raise MalformedError("trace", f"{what}: keys {sorted(set(header) | {'entries'})} must be exactly "
                                       f"{sorted(DOC_KEYS)}")
     outputs = header["outputs"]
-    if type(outputs) is _Span:
+    if type(outputs) is Span:
         _bounded(text, outputs.start, outputs.end, f"{what}: outputs")
-        header["outputs"] = json_.value(text, f"{what}: outputs", outputs.start)[0]
+        header["outputs"] = walk.parse(outputs, f"{what}: outputs")
     return header, rows
 
 
