@@ -18,7 +18,7 @@ import struct
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import msgpack
 import numpy as np
@@ -364,9 +364,12 @@ class JsonLayout:
     # at most the level's cap of them; ``counts`` tells how many there are.
     spans: dict[int, tuple[np.ndarray, np.ndarray]]
     counts: dict[int, int]
+    # With ``cut``: positions of the commas that separate the first value's own items or members,
+    # the first and the last in each stretch of ``cut`` characters.
+    cuts: list[int]
 
 
-def json_layout(text: str, caps: dict[int, int] | None = None) -> JsonLayout:
+def json_layout(text: str, caps: dict[int, int] | None = None, cut: int = 0) -> JsonLayout:
     """The layout of JSON text, in one pass of bounded numpy steps, without recursion or parsing.
 
     A quote opens or closes a string unless an odd run of backslashes precedes it.  Outside
@@ -383,6 +386,7 @@ def json_layout(text: str, caps: dict[int, int] | None = None) -> JsonLayout:
     spans = {level: (np.empty(min(cap, len(text) // 2), position), np.empty(min(cap, len(text) // 2), position))
              for level, cap in caps.items()}
     counts = dict.fromkeys(caps, 0)
+    cuts: list[int] = []
     closed = dict.fromkeys(caps, 0)   # closing brackets seen at each level
     for i in range(0, len(text), _DEPTH_STEP):
         # Code points, so that positions are str indexes whatever the text holds.
@@ -412,11 +416,23 @@ def json_layout(text: str, caps: dict[int, int] | None = None) -> JsonLayout:
                     at_level = np.flatnonzero(found)[:max(len(into) - seen[level], 0)]
                     into[seen[level]:seen[level] + len(at_level)] = at_level + i
                     seen[level] += int(np.count_nonzero(found))
+            if cut:
+                commas = np.flatnonzero((part[:upto] == ord(",")) & outside[:upto] & (after[:upto] == 1)) + i
+                if len(commas):
+                    change = commas[1:] // cut != commas[:-1] // cut
+                    firsts = commas[np.concatenate([[True], change])].tolist()
+                    lasts = commas[np.concatenate([change, [True]])].tolist()
+                    for f, la in zip(firsts, lasts):
+                        if cuts and cuts[-1] // cut == f // cut:   # a stretch the previous step began
+                            cuts[-1:] = [cuts[-1], la] if len(cuts) < 2 or cuts[-2] // cut != f // cut else [la]
+                        else:
+                            cuts += [f, la] if f != la else [f]
         depth = int(after[-1])
         inside = bool(strings[-1] % 2)
         odd_run = int(len(part) - 1 - last[-1]) % 2
     return JsonLayout(deepest, lowest, first_end, {
-        level: (opens[:counts[level]], closes[:closed[level]]) for level, (opens, closes) in spans.items()}, counts)
+        level: (opens[:counts[level]], closes[:closed[level]]) for level, (opens, closes) in spans.items()}, counts,
+        cuts)
 
 
 def json_depth(text: str) -> int:
@@ -499,8 +515,7 @@ class JsonWalk:
     """JSON text read a piece at a time, so that what parsing builds at once is what its caller
     bounded, not the whole text: an object's members or an array's items in order, numbers,
     strings and literals parsed, arrays and objects located as Spans (by the layout's spans at the
-    level they nest at), each parsed only when the caller asks.  Only arrays and objects at the
-    levels given may be walked into.
+    level they nest at), each parsed only when the caller asks.
 
     What is accepted is what json's parser accepts, piece by piece: the layout is exact on every
     text the parser reads up to where it stops.  Faults are ``malformed.<reason>``."""
@@ -538,27 +553,97 @@ class JsonWalk:
 
     def members(self, obj: Span, where: str) -> dict[str, Any]:
         """The members of the object ``obj``."""
+        return dict(self.pairs(obj, where))
+
+    def pairs(self, obj: Span, where: str) -> Iterator[tuple[str, Any]]:
+        """The members of the object ``obj``, one at a time (no key twice)."""
         text = self.text
-        fields: dict[str, Any] = {}
+        keys: set[str] = set()
         values = self._values(obj)
         pos = skip_space(text, obj.start + 1)
-        while not text.startswith("}", pos) or fields:
+        while not text.startswith("}", pos) or keys:
             if not text.startswith('"', pos):
                 raise self.fault(pos, "a key")
             key, pos = self.json.value(text, where, pos)
             pos = skip_space(text, pos)
             if not text.startswith(":", pos):
                 raise self.fault(pos, "':'")
-            if key in fields:
+            if key in keys:
                 raise self.json.twice(key, where)
-            fields[key], pos = values(skip_space(text, pos + 1), f"{where}.{key[:40]}")
+            keys.add(key)
+            value, pos = values(skip_space(text, pos + 1), f"{where}.{key[:40]}")
+            yield key, value
             pos = skip_space(text, pos)
             if text.startswith("}", pos):
                 break
             if not text.startswith(",", pos):
                 raise self.fault(pos, "',' or '}'")
             pos = skip_space(text, pos + 1)
-        return fields
+
+    def check(self, small: int) -> None:
+        """Parse the whole text, keeping nothing and never more than about ``small`` characters
+        at once (for a caller that met a fault before reading it all: text that is no JSON is
+        refused as such, as a whole-text parse would refuse it)."""
+        first = self.first(self.what)
+        small = max(small, 1)
+        if first is None:
+            self.json.document(self.text, self.what)
+        elif first.end - first.start <= small:
+            self.parse(first, self.what)
+        else:
+            self._check(first, small)
+
+    def _check(self, span: Span, small: int) -> None:
+        """A long array or object, in pieces: between the first and the last of its own commas in
+        each stretch of ``small`` characters, a piece holds a few items or members, or a single
+        one, however long (whose array or object is checked the same way, alone).  Each piece is
+        parsed as an array or object of its own, so every item, member and separator is parsed,
+        and no key appears twice in the whole."""
+        text = self.text
+        layout = json_layout(text[span.start:span.end], cut=small)
+        if layout.first_end != span.end - span.start:
+            raise self.fault(span.start + max(layout.first_end, 0), "one array or object")
+        if not text.startswith("]" if span.array else "}", span.end - 1):   # the layout counts [ and { alike
+            raise self.fault(span.end - 1, "']'" if span.array else "'}'")
+        edges = [span.start + 1, *(c + span.start for c in layout.cuts), span.end - 1]
+        keys: set[str] = set()
+        for a, b in zip(edges, edges[1:]):
+            a += a != span.start + 1   # past the comma
+            if b - a > 2 * small:
+                self._check_one(a, b, span, keys, small)
+                continue
+            piece = self.json.document(("[" if span.array else "{") + text[a:b] + ("]" if span.array else "}"),
+                                       self.what)
+            if not piece and len(edges) > 2:   # a comma before or after it: an item or member in it
+                raise self.fault(a, "a value")
+            if not span.array:
+                self._no_key_twice(piece, keys)
+
+    def _check_one(self, a: int, b: int, span: Span, keys: set[str], small: int) -> None:
+        """``text[a:b]``, one long item or member of ``span``."""
+        text = self.text
+        pos = skip_space(text, a)
+        if not span.array:
+            if not text.startswith('"', pos):
+                raise self.fault(pos, "a key")
+            key, pos = self.json.value(text, self.what, pos)
+            self._no_key_twice([key], keys)
+            pos = skip_space(text, pos)
+            if not text.startswith(":", pos):
+                raise self.fault(pos, "':'")
+            pos = skip_space(text, pos + 1)
+        end = len(text[:b].rstrip(" \t\n\r"))
+        if text.startswith(("[", "{"), pos):
+            self._check(Span(pos, end, span.level + 1, text.startswith("[", pos)), small)
+        else:
+            # A string or a number alone: what it builds is about its own length.
+            self.json.document(text[pos:end], self.what)
+
+    def _no_key_twice(self, new: Iterable[str], keys: set[str]) -> None:
+        for key in new:
+            if key in keys:
+                raise self.json.twice(key, self.what)
+            keys.add(key)
 
     def items(self, array: Span, where: str, most: int | None = None) -> Iterator[Any]:
         """The items of the array ``array``, one at a time; if given, ``most`` is the most the
@@ -582,13 +667,8 @@ class JsonWalk:
         """Reads the values of ``within`` in order: each array or object among them is the next
         of the layout's spans a level deeper."""
         level = within.level + 1
-        if level in self.layout.spans:
-            opens, closes = self.layout.spans[level]
-            j, at, cap = int(np.searchsorted(opens, within.start)), 0, self.caps[level]
-        else:
-            cap = self.deeper if most is None else min(most, self.deeper)
-            opens, closes = json_layout(self.text[within.start:within.end], {2: cap}).spans[2]
-            j, at = 0, within.start   # positions in the slice
+        opens, closes, j, at = self._children(within, most)
+        cap = self.caps.get(level, self.deeper if most is None else min(most, self.deeper))
 
         def value(pos: int, where: str) -> tuple[Any, int]:
             nonlocal j
@@ -604,10 +684,21 @@ class JsonWalk:
             return span, span.end
         return value
 
+    def _children(self, within: Span, most: int | None) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """Where the arrays and objects a level deeper than ``within`` open and close, from the
+        index of its first; positions are ``at`` before the text's (those of a pass over it alone
+        when the layout did not locate that level)."""
+        level = within.level + 1
+        if level in self.layout.spans:
+            opens, closes = self.layout.spans[level]
+            return opens, closes, int(np.searchsorted(opens, within.start)), 0
+        cap = self.deeper if most is None else min(most, self.deeper)
+        opens, closes = json_layout(self.text[within.start:within.end], {2: cap}).spans[2]
+        return opens, closes, 0, within.start
+
     def parse(self, span: Span, where: str) -> Any:
         """The array or object ``span``, parsed whole (bound it first)."""
         return self.json.value(self.text, where, span.start)[0]
-
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")   # JSON's whitespace

@@ -44,8 +44,8 @@ def shuffled(value, rng):
 
 
 @settings(max_examples=20, deadline=None)
-@given(indent=st.sampled_from([None, 0, 2, "\t"]), separators=st.sampled_from([(",", ":"), (", ", ": "), (" ,", " :  ")]),
-       seed=st.integers(0, 2 ** 32 - 1), walk=st.sampled_from([0, 64, cortex_read._WALK_CHARS]))
+@given(indent=st.sampled_from([None, 0, 2, "\t"]),
+       separators=st.sampled_from([(",", ":"), (", ", ": "), (" ,", " :  ")]), seed=st.integers(0, 2 ** 32 - 1), walk=st.sampled_from([0, 64, cortex_read._WALK_CHARS]))
 def test_any_json_spelling_of_a_graph_reads_as_the_parsed_graph(indent, separators, seed, walk):
     """Key order, spacing, and whether each array and object is walked or parsed whole change
     nothing (walk: the longest parsed whole)."""

@@ -130,3 +130,39 @@ def test_json_lines_are_counted_before_any_is_parsed(monkeypatch):
     with pytest.raises(CvmError) as e:
         trace_codec.load_trace(header + b"{}\n" * 3, "t.jsonl")
     assert "more than" not in e.value.message and parsed == ["t.jsonl: line 1"]   # its header: the keys
+
+
+def strict_reference(text: str) -> bool:
+    """Whether strict JSON (StrictJson) reads ``text`` whole."""
+    try:
+        strict.StrictJson("x").document(text, "t")
+    except CvmError:
+        return False
+    return True
+
+
+# Characters that make and break JSON's structure.
+EDITS = st.lists(st.tuples(st.integers(0, 10 ** 4), st.integers(0, 2), st.sampled_from(list('[]{}",:\\ 0-e.tn'))),
+                 max_size=3)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=VALUES, edits=EDITS, small=st.sampled_from([1, 2, 5, 16, 1 << 16]), step=st.sampled_from([3, 1 << 18]),
+       indent=st.sampled_from([None, 1]))
+def test_a_check_a_piece_at_a_time_accepts_what_a_whole_parse_accepts(value, edits, small, step, indent):
+    """JsonWalk.check parses text in pieces of about ``small`` characters, keeping nothing: it
+    refuses exactly the texts strict JSON refuses read whole (empty arrays and objects, spacing,
+    commas in strings, keys twice in pieces apart, broken separators)."""
+    text = json.dumps([value, value] if isinstance(value, dict) else value, indent=indent)
+    for at, how, ch in edits:
+        at %= len(text) + 1
+        text = text[:at] + ch + text[at + (how == 1):] if how < 2 else text[:at] + text[at + 1:]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(strict, "_DEPTH_STEP", step)
+        try:
+            strict.JsonWalk(text, strict.StrictJson("x"), "t", {}).check(small)
+            ok = True
+        except CvmError as e:
+            assert e.code == "malformed.x"
+            ok = False
+    assert ok == strict_reference(text), text

@@ -92,8 +92,8 @@ def _graph_nodes(graph: cortex.Graph) -> Shown:
     heads = [[src, idx, 0] for src, idx in graph.heads]
     lines = [f"Cortex graph JSON, version {graph.version}: {len(rows)} nodes, heads {heads}",
              "(its params file is needed to decode it as a model: cvmvm show GRAPH --params PARAMS)"]
-    lines += [f"node {r['node']}: " + (f"variable {n.name}" if n.op is None else
-                                       f"{n.op.name} {n.name} <- nodes {r['inputs']}") for r, n in zip(rows, graph.nodes)]
+    lines += [f"node {r['node']}: " + (f"variable {n.name}" if n.op is None else f"{n.op.name} {n.name} <- nodes "
+                                       f"{r['inputs']}") for r, n in zip(rows, graph.nodes)]
     return {"version": graph.version, "nodes": rows, "heads": heads}, lines
 
 

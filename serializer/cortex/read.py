@@ -90,15 +90,29 @@ class Graph:
 
 def read_graph(graph: Any) -> Graph:
     """A graph JSON (as ``read_cortex`` takes it), checked: its structure, then the graph rules."""
-    src: _Parsed | _Text = _Parsed(graph) if isinstance(graph, dict) else _Text(_graph_text(graph))
+    if isinstance(graph, dict):
+        return _read_graph(_Parsed(graph))
+    src = _Text(_graph_text(graph))
+    try:
+        return _read_graph(src)
+    except (InvalidError, LimitError):
+        # Text that is no JSON is malformed, however far into it that shows: as parsed whole.
+        src.walk.check(_WALK_CHARS)
+        raise
+
+
+def _read_graph(src: _Parsed | _Text) -> Graph:
     top = src.object(src.top(), "graph", TOP_KEYS)
     version = _str(top["version"], "version")
     if version not in VERSIONS:
         raise MalformedError("graph_json", f"version {shown(version)} is not one of {', '.join(VERSIONS)}")
-    nodes = [_node(src, raw, nid) for nid, raw in _at_most(src.array(top["nodes"], "nodes", MAX_NODES + 1), MAX_NODES, LimitError(
-        "items", f"nodes: more than {MAX_NODES} (a model has at most {MAX_ITEMS} inputs, params and instructions)"))]
+    nodes = [_node(src, raw, nid) for nid, raw in _at_most(
+        src.array(top["nodes"], "nodes", MAX_NODES + 1), MAX_NODES,
+        LimitError("items", f"nodes: more than {MAX_NODES} (a model has at most {MAX_ITEMS} inputs, params and "
+                            "instructions)"))]
     heads = [_entry(src.whole(e, f"heads[{k}]"), f"heads[{k}]") for k, e in _at_most(
-        src.array(top["heads"], "heads", MAX_ITEMS + 1), MAX_ITEMS, LimitError("items", f"heads: more than {MAX_ITEMS} outputs"))]
+        src.array(top["heads"], "heads", MAX_ITEMS + 1), MAX_ITEMS,
+        LimitError("items", f"heads: more than {MAX_ITEMS} outputs"))]
     # Node ids, and rows of entries: never more than the nodes (and one).
     arg_nodes = [_uint32(v, f"arg_nodes[{k}]") for k, v in _at_most(
         src.array(top["arg_nodes"], "arg_nodes", len(nodes) + 1), len(nodes),
@@ -231,7 +245,7 @@ class _Text:
                 raise MalformedError("graph_json", f"{where} must be a JSON array, got dict")
             small = self._small(value, where)
             if small is None and text.count(",", value.start, value.end) < most \
-                    and text.count("[", value.start + 1, value.end) + text.count("{", value.start, value.end) == 0:
+                    and text.count("[", value.start + 1, value.end) + text.count("{", value.start + 1, value.end) == 0:
                 small = self.walk.parse(value, where)
             return self.walk.items(value, where, most or None) if small is None else iter(small)
         return iter(_list(value, where))
@@ -291,8 +305,8 @@ def _str(value: Any, where: str) -> str:
 
 def _int(value: Any, where: str) -> int:
     if type(value) is not int:  # not isinstance: True is an int to isinstance
-        raise MalformedError("graph_json", f"{where} must be an integer, got "
-                                           f"{_type_name(value) if isinstance(value, (Span, list, dict)) else shown(value)}")
+        got = _type_name(value) if isinstance(value, (Span, list, dict)) else shown(value)
+        raise MalformedError("graph_json", f"{where} must be an integer, got {got}")
     return value
 
 
@@ -360,9 +374,9 @@ def _graph_attrs(src: _Parsed | _Text, value: Any, version: str, num_nodes: int,
         required.append("dltype")
     obj = src.object(value, "attrs", required, tuple(GRAPH_ATTR_TAGS))
     out: dict[str, list[Any]] = {}
-    for key, value in obj.items():
+    for key, tagged in obj.items():
         where = f"attrs.{key}"
-        pair = list(itertools.islice(src.array(value, where), 3))
+        pair = list(itertools.islice(src.array(tagged, where), 3))
         if len(pair) != 2 or pair[0] != GRAPH_ATTR_TAGS[key]:
             raise MalformedError("graph_json", f"{where} must be [\"{GRAPH_ATTR_TAGS[key]}\", [...]]")
         most = num_nodes if key == "op_attrs" else 0 if key == "device_index" else num_entries
