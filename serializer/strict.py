@@ -573,12 +573,10 @@ class JsonWalk:
             keys.add(key)
             value, pos = values(skip_space(text, pos + 1), f"{where}.{key[:40]}")
             yield key, value
-            pos = skip_space(text, pos)
-            if text.startswith("}", pos):
+            after = self._after(pos, "}")
+            if after is None:
                 break
-            if not text.startswith(",", pos):
-                raise self.fault(pos, "',' or '}'")
-            pos = skip_space(text, pos + 1)
+            pos = after
 
     def check(self, small: int) -> None:
         """Parse the whole text, keeping nothing and never more than about ``small`` characters
@@ -609,13 +607,15 @@ class JsonWalk:
         keys: set[str] = set()
         for a, b in zip(edges, edges[1:]):
             a += a != span.start + 1   # past the comma
+            if skip_space(text, a) >= b:   # nothing: an empty array or object, unless a comma is next to it
+                if len(edges) > 2:
+                    raise self.fault(a, "a value")
+                continue
             if b - a > 2 * small:
                 self._check_one(a, b, span, keys, small)
                 continue
             piece = self.json.document(("[" if span.array else "{") + text[a:b] + ("]" if span.array else "}"),
-                                       self.what)
-            if not piece and len(edges) > 2:   # a comma before or after it: an item or member in it
-                raise self.fault(a, "a value")
+                                       f"{self.what} (characters {a} to {b}, parsed apart)")
             if not span.array:
                 self._no_key_twice(piece, keys)
 
@@ -632,12 +632,12 @@ class JsonWalk:
             if not text.startswith(":", pos):
                 raise self.fault(pos, "':'")
             pos = skip_space(text, pos + 1)
-        end = len(text[:b].rstrip(" \t\n\r"))
+        end = pos + len(text[pos:b].rstrip(" \t\n\r"))
         if text.startswith(("[", "{"), pos):
             self._check(Span(pos, end, span.level + 1, text.startswith("[", pos)), small)
         else:
             # A string or a number alone: what it builds is about its own length.
-            self.json.document(text[pos:end], self.what)
+            self.json.document(text[pos:end], f"{self.what} (characters {pos} to {end}, parsed apart)")
 
     def _no_key_twice(self, new: Iterable[str], keys: set[str]) -> None:
         for key in new:
@@ -656,12 +656,20 @@ class JsonWalk:
         for k in itertools.count():   # bounded by the array's length
             item, pos = values(pos, f"{where}[{k}]")
             yield item
-            pos = skip_space(text, pos)
-            if text.startswith("]", pos):
+            after = self._after(pos, "]")
+            if after is None:
                 return
-            if not text.startswith(",", pos):
-                raise self.fault(pos, "',' or ']'")
-            pos = skip_space(text, pos + 1)
+            pos = after
+
+    def _after(self, pos: int, close: str) -> int | None:
+        """Past an item or member ending at ``pos``: None at the closing bracket, else where the
+        next one begins."""
+        pos = skip_space(self.text, pos)
+        if self.text.startswith(close, pos):
+            return None
+        if not self.text.startswith(",", pos):
+            raise self.fault(pos, f"',' or '{close}'")
+        return skip_space(self.text, pos + 1)
 
     def _values(self, within: Span, most: int | None = None) -> Callable[[int, str], tuple[Any, int]]:
         """Reads the values of ``within`` in order: each array or object among them is the next

@@ -19,6 +19,7 @@ from isa.errors import MAX_MESSAGE, CvmError, MalformedError
 from serializer.cortex import read as cortex_read
 from serializer.cortex import read_cortex
 from tests.test_cortex_format import relu_graph
+from tests.test_trace_file import shuffled
 
 REPO = Path(__file__).resolve().parents[1]
 PERF = json.loads(gzip.decompress((REPO / "fixtures" / "models" / "perf" / "graph.json.gz").read_bytes()))
@@ -30,17 +31,6 @@ def outcome(graph, params=None):
         return read_cortex(graph, params)
     except CvmError as e:
         return e.code, e.message
-
-
-def shuffled(value, rng):
-    """The same JSON value with every object's keys in another order."""
-    if isinstance(value, dict):
-        items = [(k, shuffled(v, rng)) for k, v in value.items()]
-        rng.shuffle(items)
-        return dict(items)
-    if isinstance(value, list):
-        return [shuffled(v, rng) for v in value]
-    return value
 
 
 @settings(max_examples=20, deadline=None)

@@ -142,7 +142,7 @@ def strict_reference(text: str) -> bool:
 
 
 # Characters that make and break JSON's structure.
-EDITS = st.lists(st.tuples(st.integers(0, 10 ** 4), st.integers(0, 2), st.sampled_from(list('[]{}",:\\ 0-e.tn'))),
+EDITS = st.lists(st.tuples(st.integers(0, 10 ** 4), st.integers(0, 2), st.sampled_from([*'[]{}",:\\ 0-e.tn', '   '])),
                  max_size=3)
 
 
@@ -166,3 +166,18 @@ def test_a_check_a_piece_at_a_time_accepts_what_a_whole_parse_accepts(value, edi
             assert e.code == "malformed.x"
             ok = False
     assert ok == strict_reference(text), text
+
+
+@pytest.mark.parametrize("text", ["[   ]", "{ \n }", "[1,   ]", "[   ,1]", "[ 1 ]", '{ "a" : 1 ,   "b":[   ] }',
+                                  '{"a": 1, "a": 2}', '[[1, 2], [3, 4]]', '[[1, 2], [3, 4}]', "[1 2]", '{"a" 1}',
+                                  '["a,b", "c\\"d,"]', '[' + ' ' * 40 + '"x"' + ' ' * 40 + ']'])
+@pytest.mark.parametrize("small", [1, 2, 3, 8])
+def test_a_check_by_hand(text, small):
+    """Spaces only, commas with nothing beside them, keys twice, brackets that do not match,
+    commas in strings, an item with much space around it."""
+    try:
+        strict.JsonWalk(text, strict.StrictJson("x"), "t", {}).check(small)
+        ok = True
+    except CvmError:
+        ok = False
+    assert ok == strict_reference(text)
