@@ -675,8 +675,7 @@ class JsonWalk:
         """Reads the values of ``within`` in order: each array or object among them is the next
         of the layout's spans a level deeper."""
         level = within.level + 1
-        opens, closes, j, at = self._children(within, most)
-        cap = self.caps.get(level, self.deeper if most is None else min(most, self.deeper))
+        opens, closes, j, at, cap = self._children(within, most)
 
         def value(pos: int, where: str) -> tuple[Any, int]:
             nonlocal j
@@ -692,17 +691,17 @@ class JsonWalk:
             return span, span.end
         return value
 
-    def _children(self, within: Span, most: int | None) -> tuple[np.ndarray, np.ndarray, int, int]:
+    def _children(self, within: Span, most: int | None) -> tuple[np.ndarray, np.ndarray, int, int, int]:
         """Where the arrays and objects a level deeper than ``within`` open and close, from the
         index of its first; positions are ``at`` before the text's (those of a pass over it alone
-        when the layout did not locate that level)."""
+        when the layout did not locate that level); and the most that are located."""
         level = within.level + 1
         if level in self.layout.spans:
             opens, closes = self.layout.spans[level]
-            return opens, closes, int(np.searchsorted(opens, within.start)), 0
+            return opens, closes, int(np.searchsorted(opens, within.start)), 0, self.caps[level]
         cap = self.deeper if most is None else min(most, self.deeper)
         opens, closes = json_layout(self.text[within.start:within.end], {2: cap}).spans[2]
-        return opens, closes, 0, within.start
+        return opens, closes, 0, within.start, cap
 
     def parse(self, span: Span, where: str) -> Any:
         """The array or object ``span``, parsed whole (bound it first)."""

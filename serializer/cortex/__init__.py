@@ -37,6 +37,6 @@ from serializer.cortex.layout import (CANONICAL_VERSION, DATA, NODE_ATTR_KEYS, O
 from serializer.cortex.read import Graph, graph_model, op_name, read_cortex, read_graph
 from serializer.cortex.write import graph_to_json_bytes, write_cortex
 
-__all__ = ["read_cortex", "read_graph", "graph_model", "Graph", "write_cortex", "graph_to_json_bytes", "CortexLayout", "CortexNode", "decode_attr",
-           "attr_text", "json_text", "op_name", "VERSIONS", "CANONICAL_VERSION", "DATA", "TOP_KEYS",
+__all__ = ["read_cortex", "read_graph", "graph_model", "Graph", "write_cortex", "graph_to_json_bytes", "CortexLayout",
+           "CortexNode", "decode_attr", "attr_text", "json_text", "op_name", "VERSIONS", "CANONICAL_VERSION", "DATA", "TOP_KEYS",
            "VARIABLE_KEYS", "OPERATOR_KEYS", "NODE_ATTR_KEYS"]

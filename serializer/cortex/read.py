@@ -228,9 +228,7 @@ class _Text:
         return span if span is not None else self.walk.json.document(self.walk.text, "graph JSON")
 
     def object(self, value: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> dict[str, Any]:
-        if type(value) is Span:
-            if value.array:
-                raise MalformedError("graph_json", f"{where} must be a JSON object, got list")
+        if type(value) is Span and not value.array:   # any other value: _object names it
             small = self._small(value, where)
             value = self.walk.members(value, where) if small is None else small
         return _object(value, where, required, optional)
@@ -239,10 +237,8 @@ class _Text:
         """The items of an array (``most``, if given: the most the caller reads), read an item at a
         time if it is long, unless it holds at most ``most`` numbers and strings and no bracket:
         then parsing it whole builds no more than its items."""
-        if type(value) is Span:
+        if type(value) is Span and value.array:   # any other value: _list names it
             text = self.walk.text
-            if not value.array:
-                raise MalformedError("graph_json", f"{where} must be a JSON array, got dict")
             small = self._small(value, where)
             if small is None and text.count(",", value.start, value.end) < most \
                     and text.count("[", value.start + 1, value.end) + text.count("{", value.start + 1, value.end) == 0:

@@ -115,9 +115,8 @@ def _document(walk: JsonWalk, what: str) -> tuple[dict[str, Any], Iterator[Any] 
 def _items(walk: JsonWalk, entries: Span, what: str) -> Iterator[Any]:
     for k, item in enumerate(walk.items(entries, f"{what}: entries")):   # load_trace bounds the count
         where = f"{what}: entries[{k}]"
-        if type(item) is not Span:
+        if type(item) is not Span or item.array:
             raise MalformedError("trace", f"{where}: expected an entry with kind one of {list(KIND_NAMES)}")
-        _object(walk.text, item.start, where)
         _bounded(walk.text, item.start, item.end, where)
         yield walk.parse(item, where)
 
