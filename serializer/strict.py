@@ -11,12 +11,13 @@ a receipt that does not decode is ``malformed.receipt``, a transaction file
 from __future__ import annotations
 
 import builtins
-import itertools
+import gc
 import json
 import re
 import struct
 import threading
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -39,7 +40,7 @@ MAX_JSON_DIGITS = 20      # digits in a JSON integer: every valid one has fewer 
 # while nobody raised that limit (py-evm, imported by the chain tests, sets it to 100,000, and a
 # nesting that deep overflows the C stack).
 MAX_JSON_DEPTH = 100
-_DEPTH_STEP = 1 << 18     # characters json_layout looks at in one numpy pass (about 12 MiB of temporaries)
+_DEPTH_STEP = 1 << 18     # characters json_layout looks at in one numpy pass (at most about 10 MiB of temporaries)
 
 Record = TypeVar("Record")
 
@@ -379,60 +380,91 @@ def json_layout(text: str, caps: dict[int, int] | None = None, cut: int = 0) -> 
     depth = deepest = lowest = 0
     first_end = -1
     inside = False       # within a string where the previous step ended
-    odd_run = 0          # the previous step ended in an odd run of backslashes
+    odd_run = False      # the previous step ended in an odd run of backslashes
     caps = caps or {}
     position = np.int32 if len(text) < 1 << 31 else np.int64
-    # Each array or object takes two characters at least.
-    spans = {level: (np.empty(min(cap, len(text) // 2), position), np.empty(min(cap, len(text) // 2), position))
+    # At one level, each array or object but the last is closed before the next opens.
+    most = (len(text) + 1) // 2
+    spans = {level: (np.empty(min(cap, most), position), np.empty(min(cap, most), position))
              for level, cap in caps.items()}
     counts = dict.fromkeys(caps, 0)
     cuts: list[int] = []
     closed = dict.fromkeys(caps, 0)   # closing brackets seen at each level
     for i in range(0, len(text), _DEPTH_STEP):
-        # Code points, so that positions are str indexes whatever the text holds.
-        part = np.frombuffer(text[i:i + _DEPTH_STEP].encode("utf-32-le", "surrogatepass"), dtype="<u4")
-        at = np.arange(len(part), dtype=np.int32)
-        slash = part == ord("\\")
-        # The last position at or before each that is no backslash (-1 - odd_run before the
-        # first: only the parity of a run matters), so position k follows k - 1 - last[k - 1] of them.
-        last = np.maximum.accumulate(np.where(slash, np.int32(-1 - odd_run), at))
-        run = np.empty(len(part), dtype=np.int32)
-        run[0] = odd_run
-        run[1:] = at[:-1] - last[:-1]
-        quote = (part == ord('"')) & (run % 2 == 0)
-        strings = np.cumsum(quote, dtype=np.int32) + inside     # odd: within a string (or its opening quote)
-        outside = strings % 2 == 0
-        opening = ((part == ord("[")) | (part == ord("{"))) & outside
-        closing = ((part == ord("]")) | (part == ord("}"))) & outside
-        after = np.cumsum(opening.astype(np.int32) - closing, dtype=np.int64) + depth   # the level after each
-        deepest, lowest = max(deepest, int(after.max())), min(lowest, int(after.min()))
+        chunk = text[i:i + _DEPTH_STEP]
+        # Code points (one byte each when all are ASCII), so that positions are str indexes.
+        part = np.frombuffer(chunk.encode("ascii"), np.uint8) if chunk.isascii() else \
+            np.frombuffer(chunk.encode("utf-32-le", "surrogatepass"), "<u4")
+        # Only backslashes, quotes, brackets and commas make the layout: each step works on where
+        # those few are, not on every character.
+        quotes = np.flatnonzero(part == ord('"'))
+        escaped, odd_run = _escaped(np.flatnonzero(part == ord("\\")), len(part), odd_run)
+        if len(escaped):
+            quotes = quotes[~np.isin(quotes, escaped, assume_unique=True)]
+        brackets = np.flatnonzero((part == ord("[")) | (part == ord("{")) | (part == ord("]")) | (part == ord("}")))
+        # Outside strings: after an even count of quotes (and the string the step began in).
+        brackets = brackets[(np.searchsorted(quotes, brackets) + inside) % 2 == 0]
+        kind = part[brackets]
+        opening = (kind == ord("[")) | (kind == ord("{"))
+        after = np.cumsum(np.where(opening, 1, -1), dtype=np.int64) + depth   # the level after each
+        if len(after):
+            deepest, lowest = max(deepest, int(after.max())), min(lowest, int(after.min()))
         if first_end < 0:
-            ends = np.flatnonzero(closing & (after == 0))
-            upto = int(ends[0]) if len(ends) else len(part)
-            first_end = i + upto + 1 if len(ends) else -1
+            ends = np.flatnonzero(~opening & (after == 0))
+            upto = int(ends[0]) if len(ends) else len(brackets)   # the brackets before the first value's end
+            first_end = i + int(brackets[upto]) + 1 if len(ends) else -1
             for level, (opens, closes) in spans.items():
                 for seen, found, into in ((counts, opening[:upto] & (after[:upto] == level), opens),
-                                          (closed, closing[:upto] & (after[:upto] == level - 1), closes)):
-                    at_level = np.flatnonzero(found)[:max(len(into) - seen[level], 0)]
+                                          (closed, ~opening[:upto] & (after[:upto] == level - 1), closes)):
+                    at_level = brackets[:upto][found][:max(len(into) - seen[level], 0)]
                     into[seen[level]:seen[level] + len(at_level)] = at_level + i
                     seen[level] += int(np.count_nonzero(found))
             if cut:
-                commas = np.flatnonzero((part[:upto] == ord(",")) & outside[:upto] & (after[:upto] == 1)) + i
-                if len(commas):
-                    change = commas[1:] // cut != commas[:-1] // cut
-                    firsts = commas[np.concatenate([[True], change])].tolist()
-                    lasts = commas[np.concatenate([change, [True]])].tolist()
-                    for f, la in zip(firsts, lasts):
-                        if cuts and cuts[-1] // cut == f // cut:   # a stretch the previous step began
-                            cuts[-1:] = [cuts[-1], la] if len(cuts) < 2 or cuts[-2] // cut != f // cut else [la]
-                        else:
-                            cuts += [f, la] if f != la else [f]
-        depth = int(after[-1])
-        inside = bool(strings[-1] % 2)
-        odd_run = int(len(part) - 1 - last[-1]) % 2
+                end = int(brackets[upto]) if len(ends) else len(part)
+                commas = np.flatnonzero(part[:end] == ord(","))
+                commas = commas[(np.searchsorted(quotes, commas) + inside) % 2 == 0]
+                # A comma's level is the level after the last bracket before it.
+                levels = np.concatenate([[depth], after[:upto]])[np.searchsorted(brackets[:upto], commas)]
+                commas = commas[levels == 1] + i
+                _add_cuts(cuts, commas, cut)
+        depth = int(after[-1]) if len(after) else depth
+        inside = bool((len(quotes) + inside) % 2)
     return JsonLayout(deepest, lowest, first_end, {
         level: (opens[:counts[level]], closes[:closed[level]]) for level, (opens, closes) in spans.items()}, counts,
         cuts)
+
+
+def _escaped(slashes: np.ndarray, size: int, odd_run: bool) -> tuple[np.ndarray, bool]:
+    """Where the characters that follow an odd run of backslashes are, among ``size`` whose
+    backslashes are at ``slashes`` (``odd_run``: an odd run ended just before the first); and
+    whether the last character ends an odd run."""
+    if not len(slashes):
+        return np.zeros(int(odd_run), np.intp), False
+    apart = np.flatnonzero(np.diff(slashes) != 1)
+    begins = np.concatenate([slashes[:1], slashes[apart + 1]])
+    ends = np.concatenate([slashes[apart], slashes[-1:]])
+    lengths = ends - begins + 1
+    if odd_run and begins[0] == 0:
+        lengths[0] += 1
+    escaped = ends[lengths % 2 == 1] + 1
+    if odd_run and begins[0] != 0:
+        escaped = np.concatenate([[0], escaped])
+    return escaped, bool(ends[-1] == size - 1 and lengths[-1] % 2)
+
+
+def _add_cuts(cuts: list[int], commas: np.ndarray, cut: int) -> None:
+    """The first and the last of ``commas`` in each stretch of ``cut`` characters, onto ``cuts``
+    (the commas a step earlier found, which may have begun the stretch the first is in)."""
+    if not len(commas):
+        return
+    change = commas[1:] // cut != commas[:-1] // cut
+    firsts = commas[np.concatenate([[True], change])].tolist()
+    lasts = commas[np.concatenate([change, [True]])].tolist()
+    for f, la in zip(firsts, lasts):
+        if cuts and cuts[-1] // cut == f // cut:   # a stretch the previous step began
+            cuts[-1:] = [cuts[-1], la] if len(cuts) < 2 or cuts[-2] // cut != f // cut else [la]
+        else:
+            cuts += [f, la] if f != la else [f]
 
 
 def json_depth(text: str) -> int:
@@ -559,7 +591,7 @@ class JsonWalk:
         """The members of the object ``obj``, one at a time (no key twice)."""
         text = self.text
         keys: set[str] = set()
-        values = self._values(obj)
+        values = _Values(self, obj)
         pos = skip_space(text, obj.start + 1)
         while not text.startswith("}", pos) or keys:
             if not text.startswith('"', pos):
@@ -571,7 +603,7 @@ class JsonWalk:
             if key in keys:
                 raise self.json.twice(key, where)
             keys.add(key)
-            value, pos = values(skip_space(text, pos + 1), f"{where}.{key[:40]}")
+            value, pos = values.value(skip_space(text, pos + 1), f"{where}.{key[:40]}")
             yield key, value
             after = self._after(pos, "}")
             if after is None:
@@ -645,17 +677,28 @@ class JsonWalk:
                 raise self.json.twice(key, self.what)
             keys.add(key)
 
-    def items(self, array: Span, where: str, most: int | None = None) -> Iterator[Any]:
+    def items(self, array: Span, where: str, most: int | None = None, run: int = 0) -> Iterator[Any]:
         """The items of the array ``array``, one at a time; if given, ``most`` is the most the
-        caller reads (it bounds what locating them deeper down takes)."""
+        caller reads (it bounds what locating them deeper down takes).  With ``run``, items that
+        are arrays or objects come parsed, a run of them at once, as many as ``run`` characters
+        hold (one call of json's C parser, where locating each and parsing it takes several in
+        Python); the rest come as they would without."""
         text = self.text
-        values = self._values(array, most)
+        values = _Values(self, array, most)
         pos = skip_space(text, array.start + 1)
         if text.startswith("]", pos):
             return
-        for k in itertools.count():   # bounded by the array's length
-            item, pos = values(pos, f"{where}[{k}]")
-            yield item
+        k = 0
+        while True:   # bounded by the array's length
+            parsed = values.run(pos, run, f"{where}[{k}]") if run else None
+            if parsed is None:
+                item, pos = values.value(pos, f"{where}[{k}]")
+                yield item
+                k += 1
+            else:
+                pos = parsed[1]
+                yield from parsed[0]
+                k += len(parsed[0])
             after = self._after(pos, "]")
             if after is None:
                 return
@@ -670,26 +713,6 @@ class JsonWalk:
         if not self.text.startswith(",", pos):
             raise self.fault(pos, f"',' or '{close}'")
         return skip_space(self.text, pos + 1)
-
-    def _values(self, within: Span, most: int | None = None) -> Callable[[int, str], tuple[Any, int]]:
-        """Reads the values of ``within`` in order: each array or object among them is the next
-        of the layout's spans a level deeper."""
-        level = within.level + 1
-        opens, closes, j, at, cap = self._children(within, most)
-
-        def value(pos: int, where: str) -> tuple[Any, int]:
-            nonlocal j
-            if not self.text.startswith(("[", "{"), pos):
-                return self.json.value(self.text, where, pos)
-            if j == len(opens):
-                raise MalformedError(self.json.reason, f"{where}: more than {cap} arrays and objects "
-                                                       f"nested {level} deep")
-            if j == len(closes):
-                raise self.fault(len(self.text), f"the end of {where}, which begins at character {pos}")
-            span = Span(pos, int(closes[j]) + at + 1, level, self.text.startswith("[", pos))
-            j += 1
-            return span, span.end
-        return value
 
     def _children(self, within: Span, most: int | None) -> tuple[np.ndarray, np.ndarray, int, int, int]:
         """Where the arrays and objects a level deeper than ``within`` open and close, from the
@@ -706,6 +729,55 @@ class JsonWalk:
     def parse(self, span: Span, where: str) -> Any:
         """The array or object ``span``, parsed whole (bound it first)."""
         return self.json.value(self.text, where, span.start)[0]
+
+
+class _Values:
+    """The values of one array or object of a JsonWalk, read in order: each array or object
+    among them is the next of the located spans a level deeper."""
+
+    def __init__(self, walk: JsonWalk, within: Span, most: int | None = None) -> None:
+        self.walk, self.level = walk, within.level + 1
+        self.opens, self.closes, self.next, self.at, self.cap = walk._children(within, most)
+        self.no_run_before = 0   # a run tried there did not parse: none is tried again within it
+
+    def value(self, pos: int, where: str) -> tuple[Any, int]:
+        """The value that begins at ``pos``, and the position after it."""
+        text = self.walk.text
+        if not text.startswith(("[", "{"), pos):
+            return self.walk.json.value(text, where, pos)
+        j = self.next
+        if j == len(self.opens):
+            raise MalformedError(self.walk.json.reason, f"{where}: more than {self.cap} arrays and objects "
+                                                        f"nested {self.level} deep")
+        if j == len(self.closes):
+            raise self.walk.fault(len(text), f"the end of {where}, which begins at character {pos}")
+        span = Span(pos, int(self.closes[j]) + self.at + 1, self.level, text.startswith("[", pos))
+        self.next += 1
+        return span, span.end
+
+    def run(self, pos: int, chars: int, where: str) -> tuple[list[Any], int] | None:
+        """The values from ``pos`` on that fit in ``chars`` characters, parsed at once, if they are
+        two or more arrays and objects with nothing but separators between them, and the position
+        after the last; else None.  Text that does not parse as such is then read a value at a
+        time, which names its fault as it would have: no run is tried again within it, so each
+        character is parsed in a run once at most."""
+        j, at = self.next, self.at
+        if pos < self.no_run_before or j >= len(self.closes) or int(self.opens[j]) + at != pos:
+            return None
+        # The last of them that closes within ``chars`` characters of pos.
+        last = min(int(np.searchsorted(self.closes, pos - at + chars - 1, side="right")), len(self.opens)) - 1
+        if last <= j:
+            return None
+        end = int(self.closes[last]) + at + 1
+        try:
+            values = self.walk.json.document("[" + self.walk.text[pos:end] + "]", where)
+        except MalformedError:
+            values = None
+        if values is None or len(values) != last - j + 1:   # a fault, or values of another kind between
+            self.no_run_before = end
+            return None
+        self.next = last + 1
+        return values, end
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")   # JSON's whitespace
@@ -736,3 +808,18 @@ def parse_json(text: str, reason: str, what: str) -> Any:
 
 
 _PARSERS = threading.local()
+
+
+@contextmanager
+def acyclic() -> Iterator[None]:
+    """Python's cycle collector paused while a reader builds what holds no cycle: a graph of a
+    million nodes is millions of dicts, tuples and records, and the collector, run again and again
+    as they pile up, took 8 of a 1.3-million-node graph's 13 s.  Reference counting still frees
+    everything; the collector resumes as it was, on every way out."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

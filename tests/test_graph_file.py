@@ -4,6 +4,7 @@ graph allows, not by the file (serializer.cortex.read._Text)."""
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import random
@@ -114,8 +115,8 @@ def test_a_hostile_graph_builds_a_bounded_amount(where):
         tracemalloc.stop()
     assert e.value.code in ("malformed.graph_json", "invalid.graph", "limit.items", "limit.bytes")
     # The layout's arrays of positions are allocated at their caps (tracemalloc counts them whole;
-    # only what is found is ever written), and its numpy steps take about 12 MiB.
-    positions = sum(8 * min(cap, len(data) // 2) for cap in cortex_read._LEVELS.values())
+    # only what is found is ever written), and its numpy steps take about 10 MiB.
+    positions = sum(8 * min(cap, (len(data) + 1) // 2) for cap in cortex_read._LEVELS.values())
     assert peak < 3 * len(data) + positions + (16 << 20), (where, peak / len(data))
 
 
@@ -129,6 +130,24 @@ def test_a_piece_parsed_whole_is_bounded_before_it_is_parsed():
             assert got == read_cortex(g)
         else:
             assert got[0] == "limit.bytes" and "heads[0]" in got[1], got
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cycle_collector_is_paused_while_a_graph_is_read_and_resumes_as_it_was(enabled):
+    seen = []
+    real = cortex_read._read_graph
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with mock.patch.object(cortex_read, "_read_graph", lambda src: seen.append(gc.isenabled()) or real(src)):
+            read_cortex(json.dumps(relu_graph()))
+            assert gc.isenabled() is enabled
+            with pytest.raises(CvmError):
+                read_cortex(json.dumps(relu_graph()).replace('"relu"', '"no_such_op"'))
+            assert gc.isenabled() is enabled
+            read_cortex(relu_graph())
+        assert seen == [False, False, False] and gc.isenabled() is enabled
+    finally:
+        gc.enable()
 
 
 def test_lists_are_read_no_longer_than_the_graph_allows():

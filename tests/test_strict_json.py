@@ -83,6 +83,61 @@ def test_the_layout_locates_every_array_and_object_of_a_level(value, step, ascii
     assert layout.first_end == (len(text) if spans else -1) and layout.lowest == 0
 
 
+def naive_layout(text: str, caps: dict[int, int], cut: int) -> tuple:
+    """json_layout's facts, found a character at a time, for any text at all."""
+    depth = deepest = lowest = 0
+    first_end = -1
+    inside, run = False, 0      # within a string; backslashes just before
+    opens: dict[int, list[int]] = {level: [] for level in caps}
+    closes: dict[int, list[int]] = {level: [] for level in caps}
+    commas: list[int] = []
+    for k, ch in enumerate(text):
+        if ch == '"' and run % 2 == 0:
+            inside = not inside
+        elif not inside and ch in "[{":
+            depth += 1
+            if first_end < 0 and depth in caps:
+                opens[depth].append(k)
+        elif not inside and ch in "]}":
+            depth -= 1
+            if first_end < 0 and depth == 0:
+                first_end = k + 1
+            elif first_end < 0 and depth + 1 in caps:
+                closes[depth + 1].append(k)
+        elif not inside and ch == "," and depth == 1 and first_end < 0:
+            commas.append(k)
+        run = run + 1 if ch == "\\" else 0
+        deepest, lowest = max(deepest, depth), min(lowest, depth)
+    cuts: list[int] = []
+    for k, c in enumerate(commas):   # the first and the last comma of each stretch of ``cut`` characters
+        if cut and (k == 0 or commas[k - 1] // cut != c // cut or k + 1 == len(commas)
+                    or commas[k + 1] // cut != c // cut):
+            cuts.append(c)
+    return (deepest, lowest, first_end, {level: len(opens[level]) for level in caps},
+            {level: (opens[level][:caps[level]], closes[level][:caps[level]]) for level in caps}, cuts)
+
+
+# Text that is mostly not JSON: what a hostile file holds, in pieces that make and break strings.
+ANY_TEXT = st.lists(st.sampled_from([*'[]{}",:\\ aé\u2028\U0001f600', '\\\\', '\\"', '"a"', '[1, 2]', '{"k": [ ]}']),
+                    max_size=40).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=ANY_TEXT, wrap=st.booleans(), caps=st.dictionaries(st.integers(1, 4), st.integers(0, 5), max_size=3),
+       cut=st.sampled_from([0, 1, 2, 3, 7, 50]), step=st.sampled_from([1, 2, 3, 5, 7, 1 << 18]))
+def test_the_layout_of_any_text_is_what_reading_it_a_character_at_a_time_finds(text, wrap, caps, cut, step):
+    """json_layout works on where the backslashes, quotes, brackets and commas are, a step of
+    text at a time; on any text, split anywhere (a run of backslashes, a string, the first value
+    across steps), it finds what a walk over every character does."""
+    text = "[" + text + "]" if wrap else text
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(strict, "_DEPTH_STEP", step)
+        layout = strict.json_layout(text, caps, cut)
+    spans = {level: (opens.tolist(), closes.tolist()) for level, (opens, closes) in layout.spans.items()}
+    assert (layout.deepest, layout.lowest, layout.first_end, layout.counts, spans, layout.cuts) == \
+        naive_layout(text, caps, cut)
+
+
 @pytest.mark.parametrize("text, expected", [
     (r'["\\"]', 1),            # an even run: the quote closes the string
     (r'["\"]"]', 1),           # an odd run: the quote is part of it
@@ -166,6 +221,49 @@ def test_a_check_a_piece_at_a_time_accepts_what_a_whole_parse_accepts(value, edi
             assert e.code == "malformed.x"
             ok = False
     assert ok == strict_reference(text), text
+
+
+def walked(text: str, run: int) -> tuple[list, int] | str:
+    """The items of the array ``text`` as JsonWalk.items gives them with ``run``, every array and
+    object parsed, and the characters parsed in runs; or the message of the fault met first."""
+    parsed = 0
+    json_ = strict.StrictJson("x")
+    real = json_.document
+
+    def document(piece: str, what: str):
+        nonlocal parsed
+        parsed += len(piece)
+        return real(piece, what)
+    json_.document = document
+    try:
+        walk = strict.JsonWalk(text, json_, "t", {2: 1000})
+        array = walk.first("t")
+        if array is None or not array.array:
+            return "not an array"
+        items = [walk.parse(v, "t") if type(v) is strict.Span else v for v in walk.items(array, "t", run=run)]
+    except CvmError as e:
+        return e.message
+    return items, parsed
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.lists(VALUES, max_size=30), edits=EDITS, run=st.sampled_from([1, 8, 40, 1 << 16]),
+       indent=st.sampled_from([None, 1]))
+def test_items_read_in_runs_are_the_items_read_one_at_a_time(value, edits, run, indent):
+    """Arrays and objects among an array's items come parsed a run at a time; where a run does
+    not parse as such (values of other kinds between, a fault in one), its items are read one at
+    a time: the same items, or the same fault with the same message, as without runs; and no
+    character is parsed in a run twice."""
+    text = json.dumps(value, indent=indent)
+    for at, how, ch in edits:
+        at %= len(text) + 1
+        text = text[:at] + ch + text[at + (how == 1):] if how < 2 else text[:at] + text[at + 1:]
+    alone, in_runs = walked(text, 0), walked(text, run)
+    if type(alone) is str or type(in_runs) is str:
+        assert in_runs == alone
+    else:
+        assert in_runs[0] == alone[0] and alone[1] == 0
+        assert in_runs[1] <= len(text) + 2 * len(in_runs[0])   # each run parsed in brackets of its own
 
 
 @pytest.mark.parametrize("text", ["[   ]", "{ \n }", "[1,   ]", "[   ,1]", "[ 1 ]", '{ "a" : 1 ,   "b":[   ] }',

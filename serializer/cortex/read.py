@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from isa.attrs import INT32_MAX
 from isa.errors import CvmError, InvalidError, LimitError, MalformedError, UsageError, shown
@@ -21,7 +21,7 @@ from isa.table import OP_BY_NAME
 from isa.types import (DTYPES, INT32, MAX_PRECISION, MIN_PRECISION, Shape, TensorType, check_shape,
                        clip_to_precision, precision_bound)
 from serializer import limits
-from serializer.strict import MAX_ITEMS, JsonWalk, Span, StrictJson
+from serializer.strict import MAX_ITEMS, JsonWalk, Span, StrictJson, acyclic
 from serializer.cortex.attr_text import check_variable_attrs, read_operator_attrs
 from serializer.cortex.json_text import check_escapes
 from serializer.cortex.layout import (DATA, GRAPH_ATTR_TAGS, NODE_ATTR_KEYS, OPERATOR_KEYS, TOP_KEYS, VARIABLE_KEYS,
@@ -69,7 +69,8 @@ def read_cortex(graph: Any, params: Any = None) -> Model:
 def graph_model(g: Graph, params: Any = None) -> Model:
     """The Model of a checked graph and its params file (bytes, or None)."""
     blob = None if params is None else _source_bytes(params, limits.MAX_PARAMS_BYTES, "params")
-    return _build_model(g, None if blob is None else read_params(blob))
+    with acyclic():
+        return _build_model(g, None if blob is None else read_params(blob))
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,12 @@ class Graph:
 def read_graph(graph: Any) -> Graph:
     """A graph JSON (as ``read_cortex`` takes it), checked: its structure, then the graph rules."""
     if isinstance(graph, dict):
-        return _read_graph(_Parsed(graph))
+        with acyclic():
+            return _read_graph(_Parsed(graph))
     src = _Text(_graph_text(graph))
     try:
-        return _read_graph(src)
+        with acyclic():
+            return _read_graph(src)
     except (InvalidError, LimitError):
         # Text that is no JSON is malformed, however far into it that shows: as parsed whole.
         src.walk.check(_WALK_CHARS)
@@ -108,18 +111,18 @@ def _read_graph(src: _Parsed | _Text) -> Graph:
         raise MalformedError("graph_json", f"version {shown(version)} is not one of {', '.join(VERSIONS)}")
     nodes = [_node(src, raw, nid) for nid, raw in _at_most(
         src.array(top["nodes"], "nodes", MAX_NODES + 1), MAX_NODES,
-        LimitError("items", f"nodes: more than {MAX_NODES} (a model has at most {MAX_ITEMS} inputs, params and "
-                            "instructions)"))]
+        lambda: LimitError("items", f"nodes: more than {MAX_NODES} (a model has at most {MAX_ITEMS} inputs, "
+                                    "params and instructions)"))]
     heads = [_entry(src.whole(e, f"heads[{k}]"), f"heads[{k}]") for k, e in _at_most(
         src.array(top["heads"], "heads", MAX_ITEMS + 1), MAX_ITEMS,
-        LimitError("items", f"heads: more than {MAX_ITEMS} outputs"))]
+        lambda: LimitError("items", f"heads: more than {MAX_ITEMS} outputs"))]
     # Node ids, and rows of entries: never more than the nodes (and one).
     arg_nodes = [_uint32(v, f"arg_nodes[{k}]") for k, v in _at_most(
         src.array(top["arg_nodes"], "arg_nodes", len(nodes) + 1), len(nodes),
-        InvalidError("graph", f"arg_nodes lists more ids than the graph's {len(nodes)} nodes"))]
+        lambda: InvalidError("graph", f"arg_nodes lists more ids than the graph's {len(nodes)} nodes"))]
     row_ptr = [_uint32(v, f"node_row_ptr[{k}]") for k, v in _at_most(
         src.array(top["node_row_ptr"], "node_row_ptr", len(nodes) + 2), len(nodes) + 1,
-        InvalidError("graph", f"node_row_ptr has more items than the graph's {len(nodes)} nodes and one"))]
+        lambda: InvalidError("graph", f"node_row_ptr has more items than the graph's {len(nodes)} nodes and one"))]
 
     counts = [1 if n.op is None else len(n.op.outputs) for n in nodes]
     first_entry = [0]
@@ -215,10 +218,11 @@ class _Parsed:
 
 class _Text:
     """A graph given as JSON text, read a piece at a time (strict.JsonWalk), so that what parsing
-    builds at once is one string or number, or one array or object of at most MAX_PIECE_CHARS
-    characters, whatever the file holds: a longer array is read an item at a time, up to the most
-    items it may have, and a longer object a member at a time.  It is accepted exactly when the
-    whole text parsed would be (tests/test_cortex_format.py reads every case both ways)."""
+    builds at once is one string or number, or arrays and objects of at most MAX_PIECE_CHARS
+    characters, whatever the file holds: a longer array is read a run of items at a time (an item
+    at a time where they are no arrays or objects), up to the most items it may have, and a longer
+    object a member at a time.  It is accepted exactly when the whole text parsed would be
+    (tests/test_cortex_format.py reads every case both ways)."""
 
     def __init__(self, text: str) -> None:
         self.walk = JsonWalk(text, StrictJson("graph_json"), "graph JSON", _LEVELS, _DEEPER)
@@ -234,16 +238,16 @@ class _Text:
         return _object(value, where, required, optional)
 
     def array(self, value: Any, where: str, most: int = 0) -> Iterator[Any]:
-        """The items of an array (``most``, if given: the most the caller reads), read an item at a
-        time if it is long, unless it holds at most ``most`` numbers and strings and no bracket:
-        then parsing it whole builds no more than its items."""
+        """The items of an array (``most``, if given: the most the caller reads), read a run of
+        them at a time if it is long, unless it holds at most ``most`` numbers and strings and no
+        bracket: then parsing it whole builds no more than its items."""
         if type(value) is Span and value.array:   # any other value: _list names it
             text = self.walk.text
             small = self._small(value, where)
             if small is None and text.count(",", value.start, value.end) < most \
                     and text.count("[", value.start + 1, value.end) + text.count("{", value.start + 1, value.end) == 0:
                 small = self.walk.parse(value, where)
-            return self.walk.items(value, where, most or None) if small is None else iter(small)
+            return self.walk.items(value, where, most or None, _WALK_CHARS) if small is None else iter(small)
         return iter(_list(value, where))
 
     def _small(self, span: Span, where: str) -> Any:
@@ -265,11 +269,12 @@ def _type_name(value: Any) -> str:
     return (value.parsed_type if type(value) is Span else type(value)).__name__
 
 
-def _at_most(items: Iterator[Any], most: int, fault: CvmError) -> Iterator[tuple[int, Any]]:
-    """The items, numbered; ``fault`` is raised at the one after the ``most``-th, before it is read."""
+def _at_most(items: Iterator[Any], most: int, fault: Callable[[], CvmError]) -> Iterator[tuple[int, Any]]:
+    """The items, numbered; ``fault()`` is raised at the one after the ``most``-th, before it is
+    read (made only then: a node's inputs are counted so, a million times in a large graph)."""
     for k, item in enumerate(items):
         if k == most:
-            raise fault
+            raise fault()
         yield k, item
 
 
@@ -341,7 +346,7 @@ def _node(src: _Parsed | _Text, value: Any, nid: int) -> _Node:
     # An instruction reads at most MAX_ITEMS tensors (the verifier's limit, checked here before
     # they are read).
     inputs = tuple(_entry(src.whole(e, f"{where}.inputs[{k}]"), f"{where}.inputs[{k}]") for k, e in
-                   _at_most(listed, MAX_ITEMS, LimitError("items", f"{where}.inputs: more than {MAX_ITEMS} inputs")))
+                   _at_most(listed, MAX_ITEMS, lambda: LimitError("items", f"{where}.inputs: more than {MAX_ITEMS} inputs")))
     if kind == "null":
         if inputs:
             raise InvalidError("graph", f"{where} ({name}) is a variable but lists inputs")
