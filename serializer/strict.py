@@ -406,7 +406,7 @@ def json_layout(text: str, caps: dict[int, int] | None = None, cut: int = 0) -> 
         brackets = brackets[(np.searchsorted(quotes, brackets) + inside) % 2 == 0]
         kind = part[brackets]
         opening = (kind == ord("[")) | (kind == ord("{"))
-        after = np.cumsum(np.where(opening, 1, -1), dtype=np.int64) + depth   # the level after each
+        after = np.cumsum(np.where(opening, np.int64(1), np.int64(-1))) + depth   # the level after each
         if len(after):
             deepest, lowest = max(deepest, int(after.max())), min(lowest, int(after.min()))
         if first_end < 0:
@@ -424,7 +424,8 @@ def json_layout(text: str, caps: dict[int, int] | None = None, cut: int = 0) -> 
                 commas = np.flatnonzero(part[:end] == ord(","))
                 commas = commas[(np.searchsorted(quotes, commas) + inside) % 2 == 0]
                 # A comma's level is the level after the last bracket before it.
-                levels = np.concatenate([[depth], after[:upto]])[np.searchsorted(brackets[:upto], commas)]
+                before = np.concatenate([np.array([depth], np.int64), after[:upto]])
+                levels = before[np.searchsorted(brackets[:upto], commas)]
                 commas = commas[levels == 1] + i
                 _add_cuts(cuts, commas, cut)
         depth = int(after[-1]) if len(after) else depth
@@ -448,7 +449,7 @@ def _escaped(slashes: np.ndarray, size: int, odd_run: bool) -> tuple[np.ndarray,
         lengths[0] += 1
     escaped = ends[lengths % 2 == 1] + 1
     if odd_run and begins[0] != 0:
-        escaped = np.concatenate([[0], escaped])
+        escaped = np.concatenate([np.zeros(1, np.intp), escaped])
     return escaped, bool(ends[-1] == size - 1 and lengths[-1] % 2)
 
 

@@ -345,8 +345,9 @@ def _node(src: _Parsed | _Text, value: Any, nid: int) -> _Node:
     listed = src.array(raw["inputs"], f"{where}.inputs", MAX_ITEMS + 1)
     # An instruction reads at most MAX_ITEMS tensors (the verifier's limit, checked here before
     # they are read).
+    too_many = lambda: LimitError("items", f"{where}.inputs: more than {MAX_ITEMS} inputs")  # noqa: E731
     inputs = tuple(_entry(src.whole(e, f"{where}.inputs[{k}]"), f"{where}.inputs[{k}]") for k, e in
-                   _at_most(listed, MAX_ITEMS, lambda: LimitError("items", f"{where}.inputs: more than {MAX_ITEMS} inputs")))
+                   _at_most(listed, MAX_ITEMS, too_many))
     if kind == "null":
         if inputs:
             raise InvalidError("graph", f"{where} ({name}) is a variable but lists inputs")
