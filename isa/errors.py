@@ -106,7 +106,8 @@ FAMILIES: tuple[type[CvmError], ...] = (UsageError, MalformedError, InvalidError
 
 # Every code cvmvm raises, family by family, with what it means.
 CODES: dict[str, str] = {
-    "usage.command": "no command, or an unknown one",
+    "usage.command": "no command, or an unknown one (a missing or unknown `store` or `tx` subcommand is "
+                     "`usage.argument`)",
     "usage.argument": "a bad option or argument: unknown, missing, malformed, out of range, or of the wrong type",
     "usage.conflict": "options that do not go together (--sign without --receipt, --params with a native model, ...)",
     "usage.missing_extra": "a command that needs an optional extra that is not installed (import-onnx: cvmvm[onnx], "
@@ -160,12 +161,13 @@ CODES: dict[str, str] = {
     "input.unknown_model": "a model hash the store does not hold",
     "input.calibration": "import-onnx: calibration data of the wrong shape, dtype or count, or NaN/infinity in it",
     "input.eval": "import-onnx: evaluation samples or labels that do not fit",
-    "limit.rank": "a tensor of more than 6 dimensions",
+    "limit.rank": "a tensor of rank outside [1, 6]",
     "limit.dim": "a dimension outside [1, 2^24]",
     "limit.size": "a tensor of more than 2^30 elements",
     "limit.ops": "a model's cost over the ISA's limit or the caller's --ops-limit",
     "limit.bytes": "a file or record over its byte budget (a model over the native format's 2^32 bytes included)",
-    "limit.items": "more than 2^20 inputs, params, instructions, outputs, instruction inputs or attribute items",
+    "limit.items": "more than 2^20 inputs, params, instructions, outputs, instruction inputs or attribute items; "
+                   "a transaction of more than 64 inputs (`tx add` of a model with more)",
     "limit.memory": "a run's peak memory over the memory limit (--memory-limit), or more than the host can give",
     "limit.work": "a run's work over the work limit (--work-limit)",
     "internal.precision": "a kernel produced a value outside its inferred precision (a VM bug)",

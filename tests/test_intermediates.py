@@ -82,6 +82,10 @@ def test_disasm_json_is_one_object_per_instruction_with_names(capsys, demo_files
     assert first["attrs"]["channels"] == 8 and first["types"] == [{"dtype": "int32", "shape": [1, 8, 8, 8],
                                                                     "precision": 21}]
     assert first["plan"].startswith("gemm") and sum(i["cost"] for i in info["instructions"]) < info["ops"]
+    # The text listing's work and memory, as data.
+    model = cvmvm.load(demo_files / "digits.cvm")
+    assert (info["work"], info["memory_bytes"]) == (model.work, model.memory_bytes)
+    assert [i["work"] for i in info["instructions"]] == [s.work for s in model.program.steps]
     assert info["outputs"] == [{"tensor": 21, "name": "dense_0"}]
 
 

@@ -13,10 +13,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from isa.errors import CvmError
+from isa.types import TensorType
+from serializer.model import Input
 from serializer.records import transactions
 from cvmvm.tx import schedule
 from cvmvm.tx.store import Store
-from tests.test_receipt import cli_json, mlp_model, pair_model
+from tests.test_receipt import build, cli_json, instr, mlp_model, mlp_receipt, pair_model
 from tests.test_replay import changed, clipped_inputs, honest
 
 
@@ -408,3 +410,29 @@ def test_a_record_of_empty_maps_is_refused_before_it_is_unpacked(monkeypatch):
     with pytest.raises(CvmError) as e:
         transactions.decode_tx(b"\xdd" + struct.pack(">I", 1 << 16) + b"\x80" * (1 << 16))
     assert e.value.code == "malformed.txs" and "more than 32 a byte" in e.value.message
+
+
+@pytest.mark.parametrize("count", [transactions.MAX_TX_INPUTS, transactions.MAX_TX_INPUTS + 1])
+def test_tx_add_refuses_a_model_of_more_inputs_than_a_record_carries(capsys, tmp_path, store, count):
+    """A record carries at most 64 inputs (FORMAT.md section 8).  A model of more used to be added
+    as a record that replay and show then refused to read."""
+    model = build([Input(f"x{k}", TensorType((1, 1), 8)) for k in range(count)], [],
+                  [instr("concatenate", tuple(range(count)), count, axis=0)], [count])
+    store.add(model)
+    (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
+    np.save(tmp_path / "x.npy", np.array([[3]], dtype=np.int32))
+    inputs = [a for k in range(count) for a in ("--input", f"x{k}={tmp_path / 'x.npy'}")]
+    txs = tmp_path / "t.cvmtx"
+    code, info = cli_json(capsys, ["tx", "add", str(txs), "--model", str(tmp_path / "m.cvm"), *inputs])
+    if count <= transactions.MAX_TX_INPUTS:
+        assert code == 0
+        code, info = cli_json(capsys, ["replay", str(txs), "--store", str(store.root)])
+        assert code == 0 and info["summary"]["ok"] == 1
+    else:
+        assert code == 6 and info["error"] == "limit.items" and "at most 64 inputs" in info["message"]
+        assert not txs.exists()
+        tx = transactions.Transaction(model.model_hash, tuple((f"x{k}", np.zeros((1, 1), np.int32))
+                                                              for k in range(count)), mlp_receipt()[1])
+        with pytest.raises(CvmError) as e:
+            transactions.encode_tx(tx)
+        assert e.value.code == "limit.items"

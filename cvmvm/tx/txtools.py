@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from isa.errors import CvmError, InputError, MalformedError, UsageError
+from isa.errors import CvmError, MalformedError, UsageError
 from isa.types import precision_bound
 from serializer.records import transactions
 from serializer.records.receipt import Receipt
@@ -146,6 +146,7 @@ def transaction_for(model: Model, inputs: dict[str, np.ndarray], claim: Receipt 
                     ) -> tuple[transactions.Transaction, Receipt, list[Clipping]]:
     """A transaction of one real run: the inputs as the program read them, and ``claim`` (default:
     the run's own unsigned receipt) as its receipt; also the run's receipt and what was clipped."""
+    transactions.check_input_count(len(model.program.model.inputs))   # before a run it could not record
     result = model.run(inputs, trace=True)
     actual = receipt.make_receipt(model, result)
     prepared = prepare_inputs(model.program, inputs)

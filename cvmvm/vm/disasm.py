@@ -53,7 +53,7 @@ def _attrs_json(record: Any) -> dict[str, Any]:
 
 
 def program_json(program: Program) -> dict[str, Any]:
-    """The listing as data: every variable and instruction, with tensor ids, names, types, cost, plan."""
+    """The listing as data: every variable and instruction, with tensor ids, names, types, cost, work, plan."""
     model = program.model
     variables = [{"tensor": k, "kind": kind, "name": v.name, **_type_json(v.type)}
                  for k, (kind, v) in enumerate([("input", i) for i in model.inputs]
@@ -61,8 +61,9 @@ def program_json(program: Program) -> dict[str, Any]:
     instructions = [{"index": step.index, "op": step.op.name, "name": step.name, "inputs": list(step.inputs),
                      "outputs": list(step.outputs), "attrs": _attrs_json(step.attrs),
                      "types": [_type_json(t) for t in step.out_types], "cost": step.cost,
-                     "plan": None if step.plan is None else str(step.plan)} for step in program.steps]
-    return {"ops": program.ops, "tensors": len(program.types), "variables": variables,
+                     "work": step.work, "plan": None if step.plan is None else str(step.plan)} for step in program.steps]
+    return {"ops": program.ops, "work": program.work, "memory_bytes": program.memory_bytes,
+            "tensors": len(program.types), "variables": variables,
             "instructions": instructions,
             "outputs": [{"tensor": t, "name": tensor_name(program, t)} for t in model.outputs]}
 

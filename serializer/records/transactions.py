@@ -45,7 +45,7 @@ HEADER = MAGIC + struct.pack("<I", TXS_VERSION)
 HEADER_SIZE = len(HEADER)
 END_SIZE = 4 + 8                 # the end frame: u32le 0, u64le count
 MAX_RECORD_BYTES = 1 << 26       # one transaction's record
-MAX_TX_INPUTS = 64               # inputs of one transaction (a model has at most as many)
+MAX_TX_INPUTS = 64               # inputs of one transaction (a model may have more: it is no transaction's)
 
 TX_KEYS = ("model", "inputs", "receipt")
 TX_INPUT_KEYS = ("name", "dtype", "shape", "data")
@@ -89,8 +89,16 @@ def _input_wire(name: str, value: np.ndarray) -> dict[str, Any]:
     return {"name": name, **tensor_to_wire(value)}
 
 
+def check_input_count(count: int) -> None:
+    """A record readers accept carries at most MAX_TX_INPUTS inputs: refuse to write any other."""
+    if count > MAX_TX_INPUTS:
+        raise LimitError("items", f"a transaction carries at most {MAX_TX_INPUTS} inputs (FORMAT.md section 8); "
+                                  f"this one has {count}")
+
+
 def encode_tx(tx: Transaction) -> bytes:
     """One transaction's record (the bytes of its frame)."""
+    check_input_count(len(tx.inputs))
     return pack({"model": tx.model_hash, "inputs": [_input_wire(n, v) for n, v in tx.inputs],
                  "receipt": receipt.to_wire(tx.receipt)})
 
