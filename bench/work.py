@@ -272,7 +272,6 @@ def huge_params() -> ModelIR:
 def table() -> list[tuple[str, Callable[[], ModelIR]]]:
     """Issue 11's programs, each as a model."""
     t = TensorType
-    big = 1 << 30
     return [
         ("conv2d 1x1024x1x1, 1x1 kernel, padding and strides 4095",
          lambda: one_op("conv2d", [t((1, 1024, 1, 1), 8), t((1024, 1024, 1, 1), 8)],

@@ -19,7 +19,7 @@ import numpy as np
 
 from isa.errors import InternalError, InvalidError
 from isa.table import ISA_VERSION, OPCODE, OPS
-from isa.types import INT32, WIRE_DTYPES, TensorType, vm_dtype
+from isa.types import INT32, WIRE_DTYPES, vm_dtype
 from serializer import strict
 from serializer.model import Input, Instr, Model, Param, Scales
 from serializer.strict import Reader, attrs_to_wire, tensor_data

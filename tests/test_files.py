@@ -7,7 +7,6 @@ import gzip
 import io
 import json
 import os
-import resource
 import socket
 import stat
 import subprocess

@@ -8,13 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from serializer.records import trace as trace_codec
 from serializer.records.trace import trace_bytes
 from cvmvm.tx import tracediff
 from cvmvm.cli.common import EXIT_CODES
 from cvmvm.vm.trace import trace_to_json
 from isa.errors import CvmError
-from serializer.hashing import KIND_NAMES, input_commitment, trace_root, tree_root
+from serializer.hashing import trace_root, tree_root
 from cvmvm.vm.api import Model
 from cvmvm.vm.verify import verify
 from tests.test_receipt import cli_json, mlp_model, pair_model

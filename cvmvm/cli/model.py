@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from isa.errors import InputError, InternalError, UsageError
+from isa.errors import InternalError, UsageError
 from isa.table import ISA_VERSION
 from isa.types import MAX_PRECISION, TensorType
 from serializer import cortex, kinds

@@ -30,8 +30,7 @@ from typing import Any, Callable, NamedTuple, Sequence, cast
 
 import numpy as np
 
-from isa.errors import InternalError
-from isa.types import INT32, MAX_RANK, TensorType, precision_bound
+from isa.types import INT32, MAX_RANK, precision_bound
 from serializer.hashing import channel_last, lane_width
 from serializer.sha import compile_function, compile_once, hasher
 from cvmvm.vm.verify import Program
