@@ -172,6 +172,9 @@ def test_every_outcome_kind(store):
         report.add(o)
     s = report.summary()
     assert (s["ok"], s["mismatch"], s["error"]) == (1, 6, 5)
+    # Every kind of line is read back as written (a mismatch of the signature has no re-execution's
+    # keys, an error of the model a model key): the checks of a resumed line refuse none of them.
+    assert [results.outcome_from_line(results.outcome_line(o).encode() + b"\n") for o in outcomes] == outcomes
     assert s["model_errors"] == [{"model": "09" * 32, "error": "input.unknown_model", "transactions": 1,
                                   "message": outcomes[7].message}]
     signer = KEY.public_key().public_bytes_raw()

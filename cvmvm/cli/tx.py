@@ -121,6 +121,9 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
     store = Store(args.store)
     schedule.check_store(store)
     opts = schedule.Options(args.workers, args.ray, args.batch, _signer(args.signer), limits_of(args), args.compile)
+    # Before the results file is made: a transaction file that is missing or no regular file
+    # (a fifo is refused unopened) leaves no results file behind.
+    total = schedule.count_hint(args.txs)
     previous = None
     out = None
     if args.output is not None:
@@ -131,7 +134,7 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
         else:
             out = results.ResultsFile.create(args.output, opts.signer, opts.limits)
     report = results.Report()
-    progress = _Progress(schedule.count_hint(args.txs), args.quiet)
+    progress = _Progress(total, args.quiet)
     stdout = sys.stdout
     first = True  # with --json, the object opens with the first outcome: a failure before it prints only the error
     try:

@@ -9,6 +9,7 @@ not a transaction's (a model not in the store), are reported once per model.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -78,20 +79,56 @@ def _parsed(line: bytes, what: str) -> Any:
         raise _bad(f"{what} is not UTF-8 ({e.reason} at byte {e.start})") from None
 
 
+# The keys of a line of each status, beside index, offset, tx and status: those it must hold, and
+# those it may.  The re-execution's three are there together, when it ran (an error stopped it).
+_RUN = frozenset({"output_hash", "trace_root", "ops"})
+_KEYS = {OK: (_RUN, frozenset()), MISMATCH: (frozenset({"fields"}), _RUN),
+         ERROR: (frozenset({"error", "message"}), frozenset({"model"}))}
+_COMMON = frozenset({"index", "offset", "tx", "status"})
+
+
+def _count(row: dict[str, Any], key: str) -> int:
+    value = row[key]
+    if type(value) is not int or value < 0:
+        raise _bad(f"{key}: expected a non-negative integer")
+    return value
+
+
+def _text(value: Any, key: str) -> str:
+    if type(value) is not str:
+        raise _bad(f"{key}: expected a string")
+    return value
+
+
 def outcome_from_line(line: bytes) -> Outcome:
-    """A results line -> its Outcome; anything but a line this module writes is refused."""
+    """A results line -> its Outcome; anything but a line this module writes is refused.  Every
+    key is checked for its status and type before the Outcome is made: an edited line must not
+    reach the report (which counts fields and error codes as dict keys) or the writer with a
+    value of another type."""
     row = _parsed(line, "the line")
-    if type(row) is not dict or type(row.get("index")) is not int or type(row.get("offset")) is not int:
-        raise _bad("expected an object with an integer index and offset")
+    if type(row) is not dict:
+        raise _bad("expected a JSON object")
     status = row.get("status")
-    if status not in (OK, MISMATCH, ERROR):
-        raise _bad(f"status {status!r} is not ok, mismatch or error")
-    o = Outcome(row["index"], row["offset"], _hexbytes(row, "tx"), status,
-                tuple(row["fields"]) if status == MISMATCH and type(row.get("fields")) is list else (),
-                row.get("error") if status == ERROR else None, row.get("message", "") if status == ERROR else "",
-                _hexbytes(row, "output_hash") if "output_hash" in row else None,
-                _hexbytes(row, "trace_root") if "trace_root" in row else None,
-                row.get("ops"), _hexbytes(row, "model") if "model" in row else None)
+    if type(status) is not str or status not in _KEYS:
+        raise _bad(f"status {errors.shown(status)} is not ok, mismatch or error")
+    must, may = _KEYS[status]
+    keys = set(row)
+    if (_COMMON | must) - keys:
+        raise _bad(f"a line of status {status} without {', '.join(sorted((_COMMON | must) - keys))}")
+    if keys - _COMMON - must - may:
+        raise _bad(f"a line of status {status} with {errors.shown(sorted(keys - _COMMON - must - may))}")
+    ran = keys & _RUN
+    if ran and ran != _RUN:
+        raise _bad(f"{', '.join(sorted(ran))} without {', '.join(sorted(_RUN - ran))}")
+    fields = row.get("fields", [])
+    if type(fields) is not list or (status == MISMATCH and not fields):
+        raise _bad("fields: expected a list of the receipt fields that do not hold")
+    o = Outcome(_count(row, "index"), _count(row, "offset"), _hexbytes(row, "tx"), status,
+                tuple(_text(f, "fields") for f in fields),
+                _text(row["error"], "error") if status == ERROR else None,
+                _text(row["message"], "message") if status == ERROR else "",
+                _hexbytes(row, "output_hash") if ran else None, _hexbytes(row, "trace_root") if ran else None,
+                _count(row, "ops") if ran else None, _hexbytes(row, "model") if "model" in row else None)
     if outcome_line(o).encode() != line.rstrip(b"\n"):
         raise _bad("the line is not one this cvmvm writes")
     return o
@@ -150,7 +187,15 @@ class ResultsFile:
             raise files.write_failure(e, "--output", p) from None
         _lock(fd, p)
         out = cls(p, fd, 0)
-        out._write(_header(signer, limits))
+        try:
+            out._write(_header(signer, limits))
+        except BaseException:
+            # The file is this run's (O_EXCL) and holds nothing done: none is left, rather than
+            # part of a header that a --resume would refuse as not a results file.
+            with contextlib.suppress(OSError):   # the write's failure is the one to report
+                os.unlink(p)
+            os.close(fd)
+            raise
         return out
 
     def write(self, outcomes: list[Outcome]) -> None:
@@ -160,12 +205,19 @@ class ResultsFile:
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as e:
+            raise files.write_failure(e, "--output", self.path) from None
 
     def close(self) -> None:
-        os.fsync(self.fd)
-        os.close(self.fd)
+        try:
+            os.fsync(self.fd)
+        except OSError as e:
+            raise files.write_failure(e, "--output", self.path) from None
+        finally:
+            os.close(self.fd)
 
 
 def _check_header(head: bytes, p: Path, signer: bytes | None, limits: Limits) -> None:
@@ -207,26 +259,37 @@ def resume(path: str | os.PathLike[str], signer: bytes | None,
     _lock(fd, p)
     try:
         with os.fdopen(os.dup(fd), "rb") as f:
-            head = f.readline(MAX_LINE)
+            head = _read_line(f, p)
             if not head:
                 # Killed between the file's creation and its header's write: nothing was done.
-                os.write(fd, _header(signer, limits))
-                return ResultsFile(p, fd, 0), iter(())
+                out = ResultsFile(p, fd, 0)
+                out._write(_header(signer, limits))
+                return out, iter(())
             _check_header(head, p, signer, limits)
             count, end = 0, len(head)
             while True:
-                line = f.readline(MAX_LINE)
+                line = _read_line(f, p)
                 if not line.endswith(b"\n"):
-                    if line and f.read(1):
+                    if line and _read_line(f, p, 1):
                         raise _bad(f"{p}: line {count + 2} is longer than {MAX_LINE} bytes: not a line cvmvm writes")
                     break
                 count += 1
                 end += len(line)
+        os.ftruncate(fd, end)  # drop a last line without its newline, if any
+    except OSError as e:
+        os.close(fd)
+        raise files.write_failure(e, "--output", p) from None
     except BaseException:
         os.close(fd)
         raise
-    os.ftruncate(fd, end)  # drop a last line without its newline, if any
     return ResultsFile(p, fd, count), _previous(p, len(head), count)
+
+
+def _read_line(f: Any, p: Path, size: int = MAX_LINE) -> bytes:
+    try:
+        return f.readline(size)
+    except OSError as e:
+        raise files.read_failure(e, "--output (--resume)", p) from None
 
 
 def _previous(path: Path, start: int, count: int) -> Iterator[Outcome]:

@@ -404,16 +404,17 @@ def open_txs(path: str | os.PathLike[str]) -> Any:
 
 def count_hint(path: str | os.PathLike[str]) -> int | None:
     """The count the end frame states, when the file ends in one (for a progress bar only:
-    the reader checks the real count)."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            if size < transactions.HEADER_SIZE + transactions.END_SIZE:
-                return None
+    the reader checks the real count).  A path that is no regular file is refused as
+    ``open_txs`` refuses it, before it is opened: the open of a fifo waits for a writer."""
+    f, size = files.open_regular(path, "transaction file")
+    with f:
+        if size < transactions.HEADER_SIZE + transactions.END_SIZE:
+            return None
+        try:
             f.seek(size - transactions.END_SIZE)
             tail = f.read(transactions.END_SIZE)
-    except OSError:
-        return None
+        except OSError:
+            return None
     if tail[:4] != b"\0\0\0\0":
         return None
     count = int.from_bytes(tail[4:], "little")
