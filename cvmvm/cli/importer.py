@@ -7,8 +7,9 @@ import argparse
 import numpy as np
 
 from isa.errors import MalformedError, UsageError
+from isa.types import MAX_DIM
 from cvmvm import files
-from cvmvm.cli.common import EXIT_OK, Command, Reply, input_specs, parse_inputs, read_input, read_kind
+from cvmvm.cli.common import EXIT_OK, Command, Reply, input_specs, int_between, parse_inputs, read_input, read_kind
 
 MISSING_EXTRA = "import-onnx needs the onnx extra: pip install 'cvmvm[onnx]'"
 
@@ -72,7 +73,8 @@ def add_commands(command: Command) -> None:
     p.add_argument("--eval", nargs=2, metavar=("X.npy", "Y.npy"),
                    help="evaluation samples and their integer labels: accuracy and top-1 agreement")
     p.add_argument("-o", "--out", required=True, help="the native model to write (.cvm)")
-    p.add_argument("--batch", type=int, help="the batch size a dynamic first dimension becomes (default 1)")
+    p.add_argument("--batch", type=int_between(1, MAX_DIM, "2^24"),
+                   help="the batch size a dynamic first dimension becomes, 1..2^24 (default 1)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="the full shape of an input with dynamic dimensions (repeatable)")
     p.add_argument("--bits", type=int, default=8, help="activation precision, 2..8 (default 8)")

@@ -10,11 +10,13 @@ from typing import Mapping
 import numpy as np
 
 from isa.errors import InputError, InvalidError, UsageError, shown
+from isa.types import MAX_DIM
 from serializer.model import Model as ModelIR
 from serializer.model import with_scales
 from cvmvm import files
 from cvmvm.importer import calibrate as cal
 from cvmvm.importer import graph as g
+from cvmvm.importer import floateval as fe
 from cvmvm.importer import report as rep
 from cvmvm.importer.lower import Lowering, Options, check_supported
 from cvmvm.vm.api import Model
@@ -66,13 +68,14 @@ def import_onnx(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     check_supported(graph)
     names = [i.name for i in graph.inputs]
     shapes = cal.input_shapes(graph, batch, input_shapes or {})
-    spec = cal.specialize(graph, shapes)
     fixed = not cal.free_batch(graph)
+    # Before the float model first runs, which allocates at the input shapes whatever the data.
     samples = {k: cal.check_samples("calibration", k, v, shapes[k], fixed)
                for k, v in _as_arrays("calibration", calibration, names).items()}
     counts = {v.shape[0] for v in samples.values()}
     if len(counts) != 1:
         raise InputError("calibration", f"calibration inputs hold different numbers of samples {sorted(counts)}")
+    spec = cal.specialize(graph, shapes)
     chunk = _chunk(graph, shapes, spec, fixed)
     _dry_run(graph, spec, options, names)
     bar = rep.progress_bar(counts.pop(), "calibrating", progress)
@@ -92,8 +95,8 @@ def import_onnx(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
 def _check_arguments(batch: object, input_shapes: object, options: object, progress: object) -> None:
     """Refuse arguments of the wrong type before anything is read: they would otherwise surface as
     Python's own errors deep in the pipeline, or, as floats and bools in a shape, be taken as ints."""
-    if batch is not None and type(batch) is not int:
-        raise UsageError("argument", f"batch={shown(batch)}: an int or None")
+    if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_DIM):
+        raise UsageError("argument", f"batch={shown(batch)}: an int in [1, 2^24] or None")
     if input_shapes is not None:
         if not isinstance(input_shapes, Mapping):
             raise UsageError("argument", f"input_shapes={shown(input_shapes)}: a mapping from input name to "
@@ -125,15 +128,20 @@ def _dry_run(graph: g.Graph, spec: cal.Specialized, options: Options, names: lis
 def _lower(graph: g.Graph, spec: cal.Specialized, peaks: dict[str, float], options: Options,
            names: list[str]) -> tuple[Lowering, ModelIR]:
     lowering = Lowering(graph, spec.shapes, spec.constants, peaks, options)
-    model_ir, input_scales, output_scales = lowering.run(names)
+    # Constants the lowering combines (alpha * B, a folded BatchNormalization) are refused where they
+    # are formed if they hold NaN or infinity (lower.finite): numpy's warnings about forming them
+    # would be more lines on stderr saying less.
+    with np.errstate(all="ignore"):
+        model_ir, input_scales, output_scales = lowering.run(names)
     return lowering, with_scales(model_ir, input_scales, output_scales)
 
 
 def _chunk(graph: g.Graph, shapes: dict[str, tuple[int, ...]], spec: cal.Specialized, fixed: bool) -> int:
-    """Samples per float run: the model's batch, or CHUNK when the graph is batch-polymorphic (every
-    activation's shape at batch 2B is its shape at B with the leading dim doubled)."""
+    """Samples per float run: the model's batch, or when the graph is batch-polymorphic (every
+    activation's shape at batch 2B is its shape at B with the leading dim doubled) up to CHUNK, as
+    many as the float run's memory budget holds (its peak grows linearly with the batch)."""
     batch = next(iter(shapes.values()))[0]
-    if fixed:
+    if fixed or 2 * spec.peak > fe.FLOAT_MEMORY:
         return batch
     doubled = cal.specialize(graph, {k: (2 * s[0],) + s[1:] for k, s in shapes.items()})
     for name, shape in spec.shapes.items():
@@ -141,4 +149,7 @@ def _chunk(graph: g.Graph, shapes: dict[str, tuple[int, ...]], spec: cal.Special
             continue
         if shape[:1] != (batch,) or doubled.shapes[name] != (2 * batch,) + shape[1:]:
             return batch
-    return cal.CHUNK
+    per_batch = doubled.peak - spec.peak
+    if per_batch <= 0:
+        return cal.CHUNK
+    return max(batch, min(cal.CHUNK, batch + (fe.FLOAT_MEMORY - spec.peak) * batch // per_batch))

@@ -18,7 +18,7 @@ import numpy as np
 
 from isa.errors import InputError, InvalidError, shown
 from isa.types import MAX_DIM, MAX_RANK, check_shape
-from cvmvm.importer.floateval import Evaluator
+from cvmvm.importer.floateval import Evaluator, room
 from cvmvm.importer.graph import Graph, Node
 
 CHUNK = 256  # samples per float evaluation when the batch dimension is free
@@ -31,8 +31,6 @@ def input_shapes(graph: Graph, batch: int | None,
     for name in overrides:
         if name not in names:
             raise InvalidError("onnx_shape", f"--input-shape names {name!r}; the model's inputs are {names}")
-    if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_DIM):
-        raise InvalidError("onnx_shape", f"batch {shown(batch)} must be an integer in [1, 2^24]")
     shapes = {}
     for i in graph.inputs:
         if i.name in overrides:
@@ -59,6 +57,7 @@ def input_shapes(graph: Graph, batch: int | None,
                                              f"dims in [1, 2^24]")
         check_shape(tuple(shape), f"input {i.name!r}")   # at most 2^30 elements, as every CVM tensor
         shapes[i.name] = tuple(int(d) for d in shape)
+    room("the model's inputs", 0, list(shapes.values()))   # as the float model's first run holds them
     return shapes
 
 
@@ -80,6 +79,7 @@ def free_batch(graph: Graph) -> bool:
 class Specialized:
     shapes: dict[str, tuple[int, ...]]      # every tensor
     constants: dict[str, np.ndarray]        # initializers and folded tensors, float64 or integer
+    peak: int                               # the most bytes the float run held (Evaluator.peak)
 
 
 def specialize(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> Specialized:
@@ -106,7 +106,7 @@ def specialize(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> Specializ
     evaluator.run({k: np.zeros(s) for k, s in shapes.items()}, observe)
     for k, v in graph.constants.items():
         seen[k] = tuple(int(d) for d in v.shape)
-    return Specialized(seen, folded)
+    return Specialized(seen, folded, evaluator.peak)
 
 
 def check_samples(what: str, name: str, data: np.ndarray, shape: tuple[int, ...], fixed_batch: bool) -> np.ndarray:

@@ -1,4 +1,4 @@
-# Over 400 lines: one small function per ONNX op of the subset (and the constant folders), with their one table.
+# Over 400 lines: per ONNX op of the subset, a small function and what it allocates, with their two tables.
 """The float reference: the ONNX subset evaluated in float64, in a fixed order.
 
 Calibration statistics decide every integer of an imported model, so the
@@ -12,6 +12,8 @@ results are the same bits on every platform and numpy version.
 
 One function per op, ``(node, args, opset) -> outputs``; ``FLOAT_OPS`` is the
 table.  The same functions fold constant subgraphs (shape arithmetic).
+``HOLDS`` gives, per op, the shapes of the arrays it will allocate, so that the
+evaluator refuses a run over its memory budget before numpy allocates anything.
 """
 
 from __future__ import annotations
@@ -22,10 +24,16 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from isa.attrs import parse_attrs
-from isa.errors import InvalidError, Rejected, require
+from isa.errors import InvalidError, LimitError, Rejected, require
+from isa.ops.nn import MAX_ATTR
 from isa.ops.pool import MaxPoolAttrs, max_pool_kernel, max_pool_shape
-from isa.types import TensorType
+from isa.types import MAX_SIZE, TensorType, shape_size
 from cvmvm.importer.graph import Graph, Node
+from cvmvm.vm.verify import DEFAULT_MEMORY_LIMIT
+
+# Bytes of float64 arrays one run of the float model may hold at once: what the VM lets one run of
+# a model hold by default.
+FLOAT_MEMORY = DEFAULT_MEMORY_LIMIT
 
 Args = list[Any]
 
@@ -101,18 +109,34 @@ def window_attrs(node: Node, x_shape: tuple[int, ...], kernel: tuple[int, ...] |
         raise unsupported(node, f"kernel_shape={list(kernel)} for {r} spatial axes")
     strides = tuple(attr(node, "strides", [1] * r))
     dilations = tuple(attr(node, "dilations", [1] * r))
-    if len(strides) != r or len(dilations) != r or min(strides + dilations + kernel) < 1:
-        raise unsupported(node, f"strides={list(strides)}, dilations={list(dilations)} for {r} spatial axes")
-    return kernel, strides, dilations, spatial_pads(node, x_shape[2:], kernel, strides, dilations)
+    # conv2d's domain (Conv and AveragePool lower to it), checked before numpy meets a stride it
+    # cannot hold in a C long.
+    if len(strides) != r or len(dilations) != r or min(strides + dilations + kernel) < 1 \
+            or max(strides + dilations) >= MAX_ATTR:
+        raise unsupported(node, f"strides={list(strides)}, dilations={list(dilations)} for {r} spatial axes: "
+                                f"each in [1, {MAX_ATTR - 1}]")
+    begins, ends = spatial_pads(node, x_shape[2:], kernel, strides, dilations)
+    if max(begins + ends, default=0) >= MAX_ATTR:
+        raise unsupported(node, f"padding {list(begins + ends)}: each in [0, {MAX_ATTR - 1}]")
+    return kernel, strides, dilations, (begins, ends)
+
+
+def window_geometry(x_shape: tuple[int, ...], kernel, strides, dilations,
+                    pads) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The padded input's shape and the output's spatial dims, for 2 spatial axes."""
+    begins, ends = pads
+    padded = (*x_shape[:2], *(size + b + e for size, b, e in zip(x_shape[2:], begins, ends)))
+    out = tuple((size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(padded[2:], kernel, strides, dilations))
+    if min(out) < 1:
+        raise Rejected(f"the window {list(kernel)} does not fit the padded input {list(padded[2:])}")
+    return padded, out
 
 
 def windows(x: np.ndarray, kernel, strides, dilations, pads, fill: float = 0.0) -> np.ndarray:
     """(N, C, k0, k1, o0, o1) views of the padded input, for 2 spatial axes."""
+    _, out = window_geometry(x.shape, kernel, strides, dilations, pads)
     begins, ends = pads
     padded = np.pad(x, ((0, 0), (0, 0)) + tuple(zip(begins, ends)), constant_values=fill)
-    out = [(size - d * (k - 1) - 1) // s + 1 for size, k, s, d in zip(padded.shape[2:], kernel, strides, dilations)]
-    if min(out) < 1:
-        raise Rejected(f"the window {list(kernel)} does not fit the padded input {list(padded.shape[2:])}")
     sn, sc, sy, sx = padded.strides
     return as_strided(padded, (*padded.shape[:2], *kernel, *out),
                       (sn, sc, sy * dilations[0], sx * dilations[1], sy * strides[0], sx * strides[1]),
@@ -377,8 +401,9 @@ def pad_spec(node: Node, args: Args, opset: int, rank: int) -> tuple[str, tuple[
         value = float(args[2]) if len(args) > 2 and args[2] is not None and args[2].size else 0.0
         if len(args) > 3 and args[3] is not None:
             raise unsupported(node, "the axes input")
-    if len(pads) != 2 * rank or min(pads) < 0:
-        raise unsupported(node, f"pads={list(pads)} for rank {rank} (negative pads crop)")
+    # A Pad lowers only into conv2d's padding, which stops below MAX_ATTR.
+    if len(pads) != 2 * rank or min(pads) < 0 or max(pads) >= MAX_ATTR:
+        raise unsupported(node, f"pads={list(pads)} for rank {rank}: each in [0, {MAX_ATTR - 1}] (negative pads crop)")
     return mode, pads, value
 
 
@@ -445,11 +470,108 @@ FLOAT_OPS: dict[str, FloatOp] = {
 }
 
 
+# -- what each op allocates ------------------------------------------------------------------
+# The arrays an op holds at once besides its inputs, as shapes of float64 arrays: a sum being formed
+# and the term added into it count twice.
+
+Shapes = list[tuple[int, ...]]
+
+
+def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(np.broadcast_shapes(a[:-2], b[:-2])) + (a[-2], b[-1])
+
+
+def conv_holds(node: Node, args: Args, opset: int) -> Shapes:
+    x, w = args[0], args[1]
+    kernel, strides, dilations, pads = spatial_2d(node, x, w.shape[2:])
+    padded, out = window_geometry(as_2d(x).shape, kernel, strides, dilations, pads)
+    y = (padded[0], w.shape[0], *out)
+    return [padded, (*padded[:2], *kernel, *out), y, y, y]
+
+
+def gemm_holds(node: Node, args: Args, opset: int) -> Shapes:
+    a, b = args[0].shape, args[1].shape
+    y = _matmul_shape(a[::-1] if attr(node, "transA", 0) else a, b[::-1] if attr(node, "transB", 0) else b)
+    if len(args) > 2 and args[2] is not None:
+        y = tuple(np.broadcast_shapes(y, args[2].shape))
+    return [y, y, y]
+
+
+def matmul_holds(node: Node, args: Args, opset: int) -> Shapes:
+    a, b = args[0].shape, args[1].shape
+    # Ranks below 2 are matmul_op's to refuse, by name.
+    return [_matmul_shape(a, b)] * 3 if len(a) >= 2 and len(b) >= 2 else []
+
+
+def max_pool_holds(node: Node, args: Args, opset: int) -> Shapes:
+    x = args[0]
+    y = max_pool_shape(max_pool_attrs(node, x.shape), TensorType(tuple(x.shape), None, "float64"))[0]
+    return [x.shape, y, y, y, y]
+
+
+def average_pool_holds(node: Node, args: Args, opset: int) -> Shapes:
+    x = args[0]
+    kernel, strides, pads = average_pool_geometry(node, x.shape)
+    padded, out = window_geometry(as_2d(x).shape, kernel, strides, (1, 1), pads)
+    y = (*padded[:2], *out)
+    return [padded, (1, 1, *padded[2:]), y, y, y, y]
+
+
+def elementwise_holds(node: Node, args: Args, opset: int) -> Shapes:
+    y = tuple(np.broadcast_shapes(*(a.shape for a in args if a is not None)))
+    return [y, y]
+
+
+def first_holds(node: Node, args: Args, opset: int) -> Shapes:
+    """Ops whose result is the size of their first input (a reshape copies what is not contiguous)."""
+    return [args[0].shape] * 3
+
+
+def pad_holds(node: Node, args: Args, opset: int) -> Shapes:
+    x = args[0]
+    _, pads, _ = pad_spec(node, args, opset, x.ndim)
+    return [tuple(d + b + e for d, b, e in zip(x.shape, pads[:x.ndim], pads[x.ndim:]))]
+
+
+def gather_holds(node: Node, args: Args, opset: int) -> Shapes:
+    data, idx = args
+    axis = attr(node, "axis", 0)
+    axis = axis + data.ndim if axis < 0 else axis
+    return [data.shape[:axis] + idx.shape + data.shape[axis + 1:]]
+
+
+HOLDS: dict[str, Callable[[Node, Args, int], Shapes]] = {
+    "Conv": conv_holds, "Gemm": gemm_holds, "MatMul": matmul_holds, "BatchNormalization": first_holds,
+    "Relu": elementwise_holds, "Clip": elementwise_holds, "MaxPool": max_pool_holds,
+    "AveragePool": average_pool_holds, "GlobalAveragePool": first_holds, "Add": elementwise_holds,
+    "Mul": elementwise_holds, "Sub": elementwise_holds, "Div": elementwise_holds,
+    "Concat": lambda node, args, opset: [(sum(a.size for a in args if a is not None),)], "Flatten": first_holds,
+    "Reshape": first_holds, "Transpose": first_holds, "Squeeze": first_holds, "Unsqueeze": first_holds,
+    "Pad": pad_holds, "Identity": lambda node, args, opset: [], "Dropout": lambda node, args, opset: [],
+    "Cast": first_holds, "Shape": lambda node, args, opset: [], "Gather": gather_holds,
+    "Constant": lambda node, args, opset: [np.shape(v) for v in node.attrs.values()],
+}
+
+
+def room(where: str, live: int, shapes: Shapes) -> int:
+    """Bytes held once ``shapes`` are allocated on top of ``live`` bytes; refused over the limits."""
+    for shape in shapes:
+        if shape_size(shape) > MAX_SIZE:
+            raise LimitError("size", f"{where}: the float model's tensor of shape {list(shape)} holds more than "
+                                     f"2^30 elements")
+    total = live + 8 * sum(shape_size(shape) for shape in shapes)
+    if total > FLOAT_MEMORY:
+        raise LimitError("memory", f"{where}: the float model would hold {total} bytes here, over the importer's "
+                                   f"budget of {FLOAT_MEMORY}")
+    return total
+
+
 class Evaluator:
     """Runs a graph in float64; constants are converted once and shared by every run."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
+        self.peak = 0   # the most bytes a run held, activations counted as if none were a view
         self.constants = {k: as_float(v) for k, v in graph.constants.items()}
         last: dict[str, int] = {}
         for n in graph.nodes:
@@ -463,19 +585,27 @@ class Evaluator:
 
     def run(self, feeds: Mapping[str, np.ndarray],
             observe: Callable[[Node, str, np.ndarray], None] | None = None) -> dict[str, np.ndarray]:
-        """The graph's outputs for float64 feeds; ``observe(node, name, value)`` sees every node output."""
+        """The graph's outputs for float64 feeds; ``observe(node, name, value)`` sees every node output.
+
+        NaN and infinity flow on without numpy's warnings: the observers refuse them, naming the node.
+        """
         env: dict[str, np.ndarray] = dict(self.constants)
         env.update(feeds)
+        held = {k: v.nbytes for k, v in feeds.items()}
+        live = sum(held.values())
         for node in self.graph.nodes:
             fn = FLOAT_OPS.get(node.op)
             if fn is None:
                 raise InvalidError("onnx_op", f"{node.label}: op {node.op} is not in the importer's subset")
+            holds = HOLDS[node.op]
             args = [env[t] if t else None for t in node.inputs]
             try:
-                results = fn(node, args, self.graph.opset)
+                self.peak = max(self.peak, room(node.label, live, holds(node, args, self.graph.opset)))
+                with np.errstate(all="ignore"):
+                    results = fn(node, args, self.graph.opset)
             except Rejected as e:
                 raise unsupported(node, str(e)) from None
-            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError) as e:
+            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
                 # Attributes and shapes the checks above do not cover (a perm out of range, operands
                 # that do not broadcast): numpy says what is wrong, and the node is named.
                 raise InvalidError("onnx_attr", f"{node.label}: does not evaluate on inputs of shapes "
@@ -484,8 +614,11 @@ class Evaluator:
             for t, v in zip(node.outputs, results):
                 if t:
                     env[t] = v
+                    held[t] = v.nbytes
+                    live += v.nbytes
                     if observe is not None:
                         observe(node, t, v)
             for t in self.free_after.get(node.index, ()):
                 env.pop(t, None)
+                live -= held.pop(t, 0)
         return {t: env[t] for t in self.graph.outputs}

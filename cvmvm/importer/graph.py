@@ -207,19 +207,22 @@ def drop_tail(graph: Graph) -> tuple[Graph, Tail]:
             tail.add(n.index)
     if not tail:
         return graph, Tail((), None)
+    # A depth-first walk back from the outputs, first visits in the order the recursion would make
+    # them: an explicit stack, since a tail may be longer than Python's recursion limit, and a visited
+    # set, since tail nodes may read a tensor twice (2^N paths through N of them).
     new_outputs: list[str] = []
-
-    def reach(t: str) -> None:
+    seen: set[str] = set()
+    stack = list(reversed(graph.outputs))
+    while stack:
+        t = stack.pop()
+        if t in seen or t in graph.constants:
+            continue
+        seen.add(t)
         p = producers.get(t)
         if p is not None and p.index in tail:
-            for s in p.inputs:
-                if s and s not in graph.constants:
-                    reach(s)
-        elif t not in new_outputs and t not in graph.constants:
+            stack.extend(s for s in reversed(p.inputs) if s)
+        else:
             new_outputs.append(t)
-
-    for t in graph.outputs:
-        reach(t)
     dropped = tuple(n for n in graph.nodes if n.index in tail)
     classes = None
     for n in dropped:

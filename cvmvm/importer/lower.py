@@ -308,6 +308,7 @@ def weighted(ctx: Lowering, node: Node, x: QTensor, w: np.ndarray, b: np.ndarray
     offset at the output's scale instead.  Error per channel: sum |w_q| * x.error
     + sum |w_q - w| * max |x| + the bias's rounding + the rescale's.
     """
+    finite(node, "the weights and bias, with the constants folded into them,", w, b)
     final, chain = ctx.activation_chain(out)
     w_q, w_scale = quantize_weights(w, ctx.options.weight_bits)
     acc_scale = x.scale * w_scale
@@ -389,7 +390,15 @@ def batch_norm_affine(ctx: Lowering, node: Node) -> tuple[np.ndarray, np.ndarray
     if fe.attr(node, "training_mode", 0) or not fe.attr(node, "spatial", 1):
         raise InvalidError("onnx_attr", f"{node.label}: training_mode=1 or spatial=0")
     g = scale / np.sqrt(var + np.float64(fe.attr(node, "epsilon", 1e-5)))
-    return g, beta - mean * g
+    shift = beta - mean * g
+    finite(node, "scale / sqrt(variance + epsilon) and bias - mean * that", g, shift)
+    return g, shift
+
+
+def finite(node: Node, what: str, *values: np.ndarray | None) -> None:
+    """Refuse NaN or infinity that finite constants combine into (a negative variance, alpha = inf)."""
+    if not all(np.all(np.isfinite(v)) for v in values if v is not None):
+        raise InvalidError("onnx_weight", f"{node.label}: {what} hold NaN or infinity")
 
 
 def lower_batch_norm(ctx: Lowering, node: Node) -> None:
@@ -633,8 +642,6 @@ def lower_identity(ctx: Lowering, node: Node) -> None:
         if to not in FLOAT_ROUNDING:
             raise InvalidError("onnx_attr", f"{node.label}: Cast to element type {to}; activations stay float")
         x = replace(x, error=x.error + FLOAT_ROUNDING[to] * x.peak)
-    if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1] and ctx.consumers.get(node.outputs[1]):
-        raise InvalidError("onnx_op", f"{node.label}: its mask output is used")
     ctx.env[node.outputs[0]] = x
 
 
@@ -665,8 +672,15 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
 }
 
 
+# How many outputs the float evaluator and the lowering give an op: 1 unless listed.  The others
+# (Dropout's mask, BatchNormalization's running statistics) may be declared, not used.
+COMPUTED_OUTPUTS = {"MaxPool": 2}
+
+
 def check_supported(graph: Graph) -> None:
-    """Every node's op and attributes are in the subset, and its constant inputs are finite."""
+    """Every node's op and attributes are in the subset, its constant inputs are finite, and no output
+    it is not given is read or is a graph output."""
+    consumers = graph.consumers()
     for node in graph.nodes:
         if node.domain not in STANDARD_DOMAINS or node.op not in ATTRIBUTES:
             domain = f" of domain {node.domain!r}" if node.domain not in STANDARD_DOMAINS else ""
@@ -678,3 +692,7 @@ def check_supported(graph: Graph) -> None:
             value = graph.constants.get(t)
             if value is not None and value.dtype.kind == "f" and not np.all(np.isfinite(value)):
                 raise InvalidError("onnx_weight", f"{node.label}: constant {t!r} holds NaN or infinity")
+        for t in node.outputs[COMPUTED_OUTPUTS.get(node.op, 1):]:
+            if t and (t in consumers or t in graph.outputs):
+                raise InvalidError("onnx_op", f"{node.label}: output {t!r} is read or is a graph output; the "
+                                              f"importer does not compute it")

@@ -167,7 +167,7 @@ def evaluate(graph: Graph, tail: Tail, lowering: Lowering, model: Model, calibra
     quant_top: list[np.ndarray] = []
     evaluator = Evaluator(graph)
     wanted = {x.tensor for x in lowering.layers}
-    step = chunk if not free else batch * max(1, cal.CHUNK // batch)
+    step = batch * max(1, chunk // batch)
     bar = progress_bar(count, "evaluating", progress)
     for lo, hi in cal.chunks(count, step):
         seen: dict[str, np.ndarray] = {}
