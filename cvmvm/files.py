@@ -143,23 +143,37 @@ def read_bytes(path: PathLike, what: str, limit: int = MAX_FILE_BYTES, *, follow
         return read_bounded(f, size, limit, what, path)
 
 
-def given_bytes(source: object, what: str, read: Callable[[str], bytes]) -> tuple[bytes, str]:
+def given_bytes(source: object, what: str, limit_of: Callable[[bytes], tuple[int, str]]) -> tuple[bytes, str]:
     """The bytes of a file a Python caller gave: a bytes-like object is the file itself, a str or
-    os.PathLike names it (``read`` reads it); and how to name it in messages.  Anything else is
+    os.PathLike names it (read by ``read_by_head`` under ``limit_of``); and how to name it in
+    messages.  Bytes given directly are held to the same limit before they are copied: a view of a
+    broadcast array claims as many bytes as it likes and holds few.  Anything else is
     usage.argument: an int would be opened as a file descriptor, None or a list reach os.stat's
     TypeError, a released memoryview its ValueError."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         try:
-            return bytes(source), what
+            view = memoryview(source)
+            size = view.nbytes
+            if view.c_contiguous:
+                head, data = view.cast("B")[:HEAD_BYTES].tobytes(), None
+            else:   # its first bytes are not a slice away: bounded by every file's limit, then copied
+                if size > MAX_FILE_BYTES:
+                    raise LimitError("bytes", f"{what}: {size} bytes exceed the limit of {MAX_FILE_BYTES}")
+                data = view.tobytes()
+                head = data[:HEAD_BYTES]
         except ValueError:   # a released memoryview
             raise UsageError("argument", f"{what}: a released memoryview") from None
+        limit, kind = limit_of(head)
+        if size > limit:
+            raise LimitError("bytes", f"{kind}: {size} bytes exceed the limit of {limit}")
+        return (view.tobytes() if data is None else data), what
     if isinstance(source, (str, os.PathLike)):
         try:
             path = os.fspath(source)
         except TypeError:    # a __fspath__ that returns neither str nor bytes
             path = None
         if isinstance(path, str):
-            return read(path), path
+            return read_by_head(path, what, limit_of), path
     raise UsageError("argument", f"{what}: expected a path (a str or os.PathLike) or the file's bytes, "
                                  f"got {type(source).__name__}")
 

@@ -459,3 +459,55 @@ def test_run_batch_gives_each_item_its_own_constant_output():
     outs[0][0, 0] = 99
     assert [o.tolist() for o in outs[1:]] == [[[-1, 2, -3]]] * 2
     assert [r.outputs[1].tolist() for r in model.run_batch([x, x])] == [[[-1, 2, -3]]] * 2
+
+
+HUGE = memoryview(np.broadcast_to(np.uint8(ord("{")), (1 << 40,)))   # claims 1 TiB, holds one byte
+
+
+@pytest.mark.parametrize("call", [lambda: cvmvm.load(HUGE), lambda: cvmvm.load_cortex(HUGE),
+                                  lambda: cvmvm.load_cortex(DIGITS / "graph_all_heads.json", HUGE)],
+                         ids=["load", "graph", "params"])
+def test_bytes_given_are_bounded_before_they_are_copied(call):
+    # bytes(view) was called first: MemoryError, not a CvmError.  len() of a view counts rows, not bytes.
+    with pytest.raises(CvmError) as e:
+        call()
+    assert e.value.code == "limit.bytes"
+
+
+def test_a_graph_view_of_wide_items_is_bounded_by_its_bytes():
+    from serializer.cortex import read
+    view = memoryview(np.zeros(MAX_GRAPH_JSON_BYTES // 8 + 1, np.float64))   # len() is 1/8 of its bytes
+    with pytest.raises(CvmError) as e:
+        read.read_cortex(view)
+    assert e.value.code == "limit.bytes"
+
+
+def test_a_model_given_as_a_strided_view_is_its_bytes(digits):
+    spread = np.zeros(2 * len(digits.canonical_bytes), np.uint8)
+    spread[::2] = np.frombuffer(digits.canonical_bytes, np.uint8)
+    assert cvmvm.load(memoryview(spread[::2])).model_hash == digits.model_hash
+
+
+def test_a_result_does_not_alias_an_input_of_another_type():
+    # A float32 input was kept as the caller's array: writing it changed the result.
+    given = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    model, _ = single_op_model("max_pool", [given],
+                               {"kernel_shape": (1, 1), "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0),
+                                "auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0, "index_axis": 0,
+                                "index_dtype": "int64"})
+    result = model.run({"in0": given}, keep=True)
+    given[...] = 7
+    assert result.tensors[0].ravel().tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("tensor", [-1, 10 ** 6, True, 1.0, "0", None])
+def test_a_trace_path_outside_the_trace_is_a_usage_error(digits, tensor):
+    trace = digits.run({"data": IMAGES[0]}, trace=True).trace
+    with pytest.raises(CvmError) as e:
+        trace.path(tensor)
+    assert e.value.code == "usage.argument"
+
+
+def test_a_trace_path_takes_numpy_integers(digits):
+    trace = digits.run({"data": IMAGES[0]}, trace=True).trace
+    assert trace.path(np.int64(3)) == trace.path(3)

@@ -873,3 +873,13 @@ def test_calibration_runs_as_many_samples_as_the_budget_holds(monkeypatch):
 def test_every_float_op_says_what_it_allocates():
     from cvmvm.importer.floateval import FLOAT_OPS, HOLDS
     assert set(HOLDS) == set(FLOAT_OPS)
+
+
+@pytest.mark.parametrize("where", ["calibration", "eval"])
+def test_sample_data_is_bounded_before_it_is_copied(where):
+    # A broadcast view holds one value and claims 2^30: it was copied to float64 first (MemoryError).
+    huge = np.broadcast_to(np.float32(1), (1 << 28, 4))
+    calibration, eval_data = (huge, None) if where == "calibration" else (det("c", (2, 4)), huge)
+    code, message = code_of(lambda: import_onnx(DYNAMIC, calibration, eval_data=eval_data,
+                                                input_shapes={"x": (1, 4)}))
+    assert code == "limit.memory" and message.startswith(f"{where} data for input 'x'")

@@ -58,8 +58,7 @@ def import_onnx(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     """
     started = time.perf_counter()
     _check_arguments(batch, input_shapes, options, progress)
-    data, _ = files.given_bytes(source, "ONNX model",
-                                lambda path: files.read_bytes(path, "ONNX model", g.MAX_ONNX_BYTES))
+    data, _ = files.given_bytes(source, "ONNX model", lambda head: (g.MAX_ONNX_BYTES, "ONNX model"))
     full = g.parse(data)
     graph, tail = g.drop_tail(full)
     if not graph.outputs:

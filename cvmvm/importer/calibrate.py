@@ -16,9 +16,9 @@ from typing import Callable, Mapping, cast
 
 import numpy as np
 
-from isa.errors import InputError, InvalidError, shown
+from isa.errors import InputError, InvalidError, LimitError, shown
 from isa.types import MAX_DIM, MAX_RANK, check_shape
-from cvmvm.importer.floateval import Evaluator, room
+from cvmvm.importer.floateval import FLOAT_MEMORY, Evaluator, room
 from cvmvm.importer.graph import Graph, Node
 
 CHUNK = 256  # samples per float evaluation when the batch dimension is free
@@ -120,6 +120,10 @@ def check_samples(what: str, name: str, data: np.ndarray, shape: tuple[int, ...]
     if fixed_batch and data.shape[0] % shape[0]:
         raise InputError(what, f"{what} data for input {name!r} has {data.shape[0]} samples; the model's fixed "
                                f"batch of {shape[0]} must divide it")
+    # Bounded before the copy: a broadcast view holds few bytes and claims any number of samples.
+    if 8 * data.size > FLOAT_MEMORY:
+        raise LimitError("memory", f"{what} data for input {name!r}: {data.size} values, {8 * data.size} bytes as "
+                                   f"float64, over the importer's budget of {FLOAT_MEMORY}")
     values = data.astype(np.float64)
     if not np.all(np.isfinite(values)):
         raise InputError(what, f"{what} data for input {name!r} holds NaN or infinity")

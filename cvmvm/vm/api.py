@@ -258,8 +258,8 @@ def model_limit(head: bytes) -> tuple[int, str]:
 def _read(source: object, what: str) -> tuple[bytes, str]:
     """A file's bytes, from its path or given directly, and how to name it in messages."""
     if what == "params":
-        return files.given_bytes(source, what, lambda path: files.read_bytes(path, what, MAX_PARAMS_BYTES))
-    return files.given_bytes(source, what, lambda path: files.read_by_head(path, what, model_limit))
+        return files.given_bytes(source, what, lambda head: (MAX_PARAMS_BYTES, what))
+    return files.given_bytes(source, what, model_limit)
 
 
 def _nesting(value: object) -> int:

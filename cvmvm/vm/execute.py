@@ -90,7 +90,8 @@ def prepare_input(name: str, t: TensorType, value: object, scale: float | None =
         return wide.astype(np.int32)
     if vm_dtype(value.dtype) != t.dtype:
         raise InputError("dtype", f"input {name}: dtype {value.dtype} must be {t.dtype}")
-    return np.ascontiguousarray(value, dtype=DTYPES[t.dtype])
+    # The VM's own copy, as for int32: a result's tensors must not change when the caller's array does.
+    return np.array(value, dtype=DTYPES[t.dtype], order="C")
 
 
 def _report_float_clipping(name: str, precision: int, value: np.ndarray, scale: float,

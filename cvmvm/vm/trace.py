@@ -26,7 +26,7 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from isa.errors import InternalError
+from isa.errors import InternalError, UsageError, shown
 from isa.types import TensorType
 from serializer.hashing import (INPUT, INSTR, KIND_NAMES, PARAM, Bodies, BulkCommitter, Committer, TraceEntry,
                                 audit_path, body_length, input_commitment, leaf_hash, program_root, trace_root,
@@ -200,7 +200,12 @@ class Trace:
         return tree_levels(self.commitments)
 
     def path(self, tensor: int) -> list[bytes]:
-        return audit_path(self.levels, tensor)
+        """Tensor ``tensor``'s trace path: its leaf's siblings from the bottom up."""
+        if isinstance(tensor, bool) or not isinstance(tensor, (int, np.integer)) \
+                or not 0 <= tensor < len(self.commitments):
+            raise UsageError("argument", f"trace.path({shown(tensor)}): a tensor id in "
+                                         f"[0, {len(self.commitments) - 1}]")
+        return audit_path(self.levels, int(tensor))
 
 
 def make_trace(program: Program, commitments: Sequence[bytes | None], root: bytes | None = None) -> Trace:

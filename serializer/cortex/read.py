@@ -186,8 +186,13 @@ def _source_bytes(source: Any, limit: int, what: str) -> bytes:
     if not isinstance(source, (bytes, bytearray, memoryview)):
         raise UsageError("argument", f"{what}: expected bytes, got {type(source).__name__} "
                                      "(cvmvm.load_cortex reads paths)")
-    _check_size(len(source), limit, what)
-    return bytes(source)
+    try:
+        view = memoryview(source)
+        # nbytes, not len: a view of many dimensions or wide items holds more bytes than it has rows.
+        _check_size(view.nbytes, limit, what)
+        return view.tobytes()
+    except ValueError:   # a released memoryview
+        raise UsageError("argument", f"{what}: a released memoryview") from None
 
 
 def _check_size(size: int, limit: int, what: str) -> None:
