@@ -572,6 +572,7 @@ class Outputs:
         self._dirs: dict[str, tuple[str, str, re.Pattern[str]]] = {}   # real path -> (what, given, owned names)
         self._data: dict[str, bytes] = {}
         self._modes: dict[str, int] = {}
+        self._fresh: dict[str, str] = {}   # real path -> why it must not exist when the unit is written
 
     # -- declaring ---------------------------------------------------------------
 
@@ -586,8 +587,10 @@ class Outputs:
         hit = self._dirs.get(parent)
         return hit[1] if hit is not None and hit[2].fullmatch(name) else None
 
-    def file(self, path: PathLike, what: str) -> str:
-        """Declare an output file; returns the key to ``put`` under.  Its directory must exist."""
+    def file(self, path: PathLike, what: str, fresh: str | None = None) -> str:
+        """Declare an output file; returns the key to ``put`` under.  Its directory must exist.
+        ``fresh``: the file must not exist when the unit is written (checked under the lock), and
+        why, for the usage.argument error if it does."""
         given = str(path)
         _named(given, what)
         if not given or given.endswith(os.sep):
@@ -613,6 +616,8 @@ class Outputs:
         if owner is not None:
             raise UsageError("conflict", f"{what} {given} is a file that {owner} writes")
         self._files[real] = (what, given)
+        if fresh is not None:
+            self._fresh[real] = fresh
         return real
 
     def directory(self, path: PathLike, what: str, owned: str) -> str:
@@ -690,6 +695,9 @@ class Outputs:
             raise write_failure(e, what, given) from None
 
     def _commit_locked(self, dirs: list[str]) -> None:
+        for real, why in sorted(self._fresh.items()):
+            if os.path.lexists(real):
+                raise UsageError("argument", f"{self._files[real][1]} exists; {why}")
         token = secrets.token_hex(TOKEN_HEX // 2)
         removes = sorted(os.path.join(d, name) for d, (_, _, pattern) in self._dirs.items()
                          for name in os.listdir(d)
@@ -720,8 +728,8 @@ class Outputs:
                     temp = os.path.join(os.path.dirname(path), temp_name(os.path.basename(path), token))
                     written.append(temp)
                     _write_new(temp, doc)
+                    written.append(path)   # before the rename: an interrupt just after it leaves no record
                     os.replace(temp, path)
-                    written[-1] = path
                     _fsync_dir(os.path.dirname(path))
             for temp, final in renames:
                 current = self._given(final)
@@ -745,6 +753,15 @@ class Outputs:
                         os.unlink(path)
                     except OSError:
                         pass
+            elif not isinstance(e, OSError) and records and os.path.lexists(records[0]):
+                # Past the commit point, Ctrl-C or SIGTERM finishes the unit as recovery would, then
+                # goes on: left to the next command, every name stayed old, new or mixed until then.
+                # A write that failed is left to recovery: it may fail the same way again.
+                try:
+                    _finish(records[0], {"format": COMMIT_FORMAT, "dirs": dirs, "removes": removes,
+                                         "renames": [list(pair) for pair in renames]})
+                except CvmError:
+                    pass
             if isinstance(e, OSError):
                 raise write_failure(e, *current) from None
             raise

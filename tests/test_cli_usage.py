@@ -248,6 +248,19 @@ def test_a_second_signal_while_loading_is_not_held():
     assert proc.returncode == 1 and "ImportError: numpy could not load" in proc.stderr
 
 
+def test_a_signal_after_the_command_ends_keeps_its_exit_code():
+    """Once main has returned, Python's shutdown put SIGINT back to its default (and SIGTERM was
+    already): a signal in those tens of ms ended the process by the signal, with no line and the
+    command's code lost.  They are ignored once the command is over."""
+    script = ("import os, signal, sys, time; sys.argv = ['cvmvm', '--version']; "
+              "from cvmvm.cli.launch import main; code = main(); "
+              "os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.1); "
+              "sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          preexec_fn=interrupt.foreground)
+    assert (proc.returncode, proc.stderr) == (0, "") and proc.stdout.startswith("cvmvm ")
+
+
 def test_held_keeps_signals_it_does_not_own():
     """held() records only under the handlers it would replace: an ignored SIGINT stays ignored,
     and a host program's SIGTERM handler stays in place."""

@@ -500,6 +500,53 @@ def test_a_unit_is_all_old_or_all_new_at_every_crash_point(tmp_path):
     assert outcomes == {"old", "new"} and k > 10, k
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_interrupted_unit_is_all_old_or_all_new_when_the_interrupt_goes_on(tmp_path, monkeypatch, when):
+    """Ctrl-C (KeyboardInterrupt, as SIGTERM's Terminated is) before or just after each of the
+    writer's file-system calls in turn: once the interrupt reaches the caller, every name is old
+    or new and no record or temporary file is left, with no recovery run.  Past the commit point
+    the unit used to stop where it was: mixed files and its record left to the next writer."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _unit(tmp_path, b"old ", 3).commit()
+    old, new = _expected(tmp_path, b"old ", 3), _expected(tmp_path, b"new ", 2)
+    outcomes = set()
+    for k in range(1, 200):
+        count = [0]
+
+        def interrupted(fn):
+            def call(*args, **kwargs):
+                count[0] += 1
+                if count[0] == k and when == "before":
+                    raise KeyboardInterrupt
+                result = fn(*args, **kwargs)
+                if count[0] == k:
+                    raise KeyboardInterrupt
+                return result
+            return call
+        with monkeypatch.context() as m:
+            for name in ("replace", "unlink", "mkdir", "fsync", "write", "open"):
+                m.setattr(os, name, interrupted(getattr(os, name)))
+            try:
+                _unit(tmp_path, b"new ", 2).commit()
+                finished = True
+            except KeyboardInterrupt:
+                finished = False
+        after = _state(tmp_path)
+        assert after in (old, new), (k, after)
+        assert not [p for p in tmp_path.rglob("*") if files.is_own_temp(p.name) or ".commit" in p.name], k
+        outcomes.add("new" if after == new else "old")
+        if finished:
+            break
+        for rel in list(after):
+            (tmp_path / rel).unlink()
+        for rel, data in old.items():
+            (tmp_path / rel).write_bytes(data)
+    else:
+        pytest.fail("the commit never finished")
+    assert outcomes == {"old", "new"} and k > 10, k
+
+
 def _killed_after_the_commit_point(tmp_path: Path) -> None:
     """A unit over a/ and b/ (old state committed first) whose writer dies after its commit
     point, before b/x.bin is renamed: a/ new, b/x.bin old, the unit's record pending."""

@@ -419,3 +419,48 @@ def test_keygen_writes_both_files_or_neither(tmp_path, capsys):
     key = tmp_path / ("k" * 251)     # KEY.pub: 255 bytes, the most a name may have
     code, info = cli_json(capsys, ["keygen", str(key)])
     assert code == 0 and sorted(p.name for p in tmp_path.iterdir()) == [key.name, key.name + ".pub"]
+
+
+def test_keygen_sees_a_key_written_after_it_started(tmp_path, monkeypatch, capsys):
+    """Two keygens at once both wrote and both printed a public key, one matching no file: whether
+    the key exists was asked before the directory's lock.  It is asked under it."""
+    from cvmvm import files
+    key = tmp_path / "k"
+    commit = files.Outputs.commit
+
+    def another_keygen_first(self):
+        key.write_bytes(b"the other's key")
+        (tmp_path / "k.pub").write_bytes(b"the other's public key")
+        commit(self)
+    monkeypatch.setattr(files.Outputs, "commit", another_keygen_first)
+    code, info = cli_json(capsys, ["keygen", str(key)])
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.argument" and "never overwrites" in info["message"]
+    assert key.read_bytes() == b"the other's key" and (tmp_path / "k.pub").read_bytes() == b"the other's public key"
+
+
+def test_keygen_after_a_killed_keygen_completes_its_pair(tmp_path, capsys):
+    """Killed between its two renames, keygen left a private key without its public key, and a rerun
+    refused (the key exists) without finishing the unit: the pair stayed broken."""
+    import os
+    key = tmp_path / "k"
+    pid = os.fork()
+    if pid == 0:
+        real = os.replace
+
+        def replace(src, dst):
+            if str(dst).endswith(".pub"):
+                os._exit(99)
+            return real(src, dst)
+        os.replace = replace
+        try:
+            receipt.keygen(key)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert key.exists() and not (tmp_path / "k.pub").exists()
+    code, info = cli_json(capsys, ["keygen", str(key)])
+    assert code == EXIT_CODES["usage"] and info["error"] == "usage.argument"
+    private = receipt.load_private_key(key.read_bytes(), "k")
+    assert receipt.load_public_key((tmp_path / "k.pub").read_bytes(), "k.pub") == \
+        private.public_key().public_bytes_raw()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.pub"]

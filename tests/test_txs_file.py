@@ -436,3 +436,45 @@ def test_tx_add_refuses_a_model_of_more_inputs_than_a_record_carries(capsys, tmp
         with pytest.raises(CvmError) as e:
             transactions.encode_tx(tx)
         assert e.value.code == "limit.items"
+
+
+def test_concurrent_appends_lose_no_transaction(tmp_path, monkeypatch):
+    """Two `tx add`s at once both reported their transaction added and the file held one: each had
+    opened the old file before taking the directory's lock, and the second copied what the first
+    replaced.  The old file is now opened under the lock."""
+    import threading
+    from cvmvm.tx import txtools
+    model, claim, inputs = mlp_receipt()
+    body = transactions.encode_tx(transactions.Transaction(model.model_hash, tuple(inputs.items()), claim))
+    txs = tmp_path / "t.cvmtx"
+    txtools.append(txs, [body])
+    in_close, go = threading.Event(), threading.Event()
+
+    class Held(transactions.TxWriter):
+        def close(self):
+            if not in_close.is_set():
+                in_close.set()
+                go.wait(10)
+            return super().close()
+    monkeypatch.setattr(txtools.transactions, "TxWriter", Held)
+    counts: list[int] = []
+    first = threading.Thread(target=lambda: counts.append(txtools.append(txs, [body])))
+    first.start()
+    assert in_close.wait(10)
+    second = threading.Thread(target=lambda: counts.append(txtools.append(txs, [body])))
+    second.start()
+    second.join(0.3)    # the second waits for the lock the first holds
+    go.set()
+    first.join(10)
+    second.join(10)
+    assert sorted(counts) == [2, 3] and len(transactions.decode_txs(txs.read_bytes())) == 3
+
+
+def test_tx_add_checks_its_file_before_the_run(capsys, tmp_path):
+    """As every command that writes: an output in a missing directory is named before the work
+    (the model ran first, and an input's fault was reported instead)."""
+    (tmp_path / "m.cvm").write_bytes(mlp_model().canonical_bytes)
+    np.save(tmp_path / "wrong.npy", np.zeros((2, 2), np.int32))
+    code, info = cli_json(capsys, ["tx", "add", str(tmp_path / "nodir" / "t.cvmtx"), "--model",
+                                   str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'wrong.npy'}"])
+    assert code == 8 and info["error"] == "io.not_found" and "nodir" in info["message"]

@@ -12,6 +12,8 @@ through the same ``stopped``.
 
 from __future__ import annotations
 
+import signal
+
 from cvmvm.cli.interrupts import held, sigterm_raises, stopped
 
 
@@ -20,6 +22,13 @@ def main() -> int:
         try:
             with held():
                 from cvmvm.cli import main as command
-            return command.main()
+            code = command.main()
         except KeyboardInterrupt as e:   # held while loading, or in an instant main's own handling does not cover
-            return stopped(e)
+            code = stopped(e)
+    # The command is over and its code says how.  Python's shutdown that follows (tens of ms) puts
+    # SIGINT back to its default, as leaving sigterm_raises did SIGTERM: a signal then would end the
+    # process by the signal, with no line and the command's code lost.  Ignored dispositions last to
+    # the end.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    return code

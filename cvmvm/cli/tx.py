@@ -177,6 +177,9 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
 # -- tx: add, convert, demo; keygen -------------------------------------------------------
 
 def cmd_tx_add(args: argparse.Namespace) -> Reply:
+    # TXS's directory is checked before the run, as every output's is.  A TXS that is another kind of
+    # file (the model, say) is malformed.kind when it is read to be appended to.
+    files.Outputs().file(args.txs, "TXS")
     model = load_model(args.model, args.params, limits_of(args))
     claim = None
     if args.receipt is not None:

@@ -8,7 +8,6 @@ whose it must be.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -96,11 +95,11 @@ def keygen(path: Path) -> bytes:
     ``path.pub`` (SubjectPublicKeyInfo PEM); never over an existing file.  Returns the raw public key."""
     public = Path(str(path) + ".pub")
     # Both files checked first and written as one unit: never a private key without its public one.
+    # Whether they exist is asked at commit, under the directory's lock and after a killed keygen's
+    # unit is finished: asked before, two keygens both wrote, and one's public key matched no file.
     outputs = files.Outputs()
-    keys = outputs.file(path, "KEY"), outputs.file(public, "KEY.pub")
-    for p in (path, public):
-        if os.path.lexists(p):
-            raise UsageError("argument", f"{p} exists; keygen never overwrites a key")
+    keys = (outputs.file(path, "KEY", fresh="keygen never overwrites a key"),
+            outputs.file(public, "KEY.pub", fresh="keygen never overwrites a key"))
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption())

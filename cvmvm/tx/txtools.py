@@ -156,10 +156,12 @@ def transaction_for(model: Model, inputs: dict[str, np.ndarray], claim: Receipt 
 
 
 def append(path: Path, bodies: list[bytes]) -> int:
-    """Write ``path`` with its transactions (if it exists) followed by ``bodies``; return the count."""
-    old = open_txs(path) if path.exists() else None
-    try:
-        with files.output_stream(path, "TXS") as out:
+    """Write ``path`` with its transactions (if it exists) followed by ``bodies``; return the count.
+    The old file is opened under the directory's lock (files.output_stream): opened before it, two
+    concurrent appends each copied the same old file, and one's transaction was lost."""
+    with files.output_stream(path, "TXS") as out:
+        old = open_txs(path) if path.exists() else None
+        try:
             writer = transactions.TxWriter(out)
             if old is not None:
                 for r in transactions.iter_records(old, str(path)):
@@ -168,9 +170,9 @@ def append(path: Path, bodies: list[bytes]) -> int:
                 writer.add_record(body)
             writer.close()
             return writer.count
-    finally:
-        if old is not None:
-            old.close()
+        finally:
+            if old is not None:
+                old.close()
 
 
 def convert(source: Path, target: Path) -> int:
