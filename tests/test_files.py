@@ -490,14 +490,17 @@ def test_a_unit_is_all_old_or_all_new_at_every_crash_point(tmp_path):
         outcomes.add("new" if after == new else "old")
         if os.waitstatus_to_exitcode(status) == 0:
             break
-        # back to the old state for the next crash point
-        for rel in list(after):
-            (tmp_path / rel).unlink()
-        for rel, data in old.items():
-            (tmp_path / rel).write_bytes(data)
+        _back_to(tmp_path, after, old)   # for the next crash point
     else:
         pytest.fail("the commit never finished")
     assert outcomes == {"old", "new"} and k > 10, k
+
+
+def _back_to(tmp_path: Path, now: dict[str, bytes], old: dict[str, bytes]) -> None:
+    for rel in now:
+        (tmp_path / rel).unlink()
+    for rel, data in old.items():
+        (tmp_path / rel).write_bytes(data)
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -538,10 +541,7 @@ def test_an_interrupted_unit_is_all_old_or_all_new_when_the_interrupt_goes_on(tm
         outcomes.add("new" if after == new else "old")
         if finished:
             break
-        for rel in list(after):
-            (tmp_path / rel).unlink()
-        for rel, data in old.items():
-            (tmp_path / rel).write_bytes(data)
+        _back_to(tmp_path, after, old)
     else:
         pytest.fail("the commit never finished")
     assert outcomes == {"old", "new"} and k > 10, k
