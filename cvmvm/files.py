@@ -166,7 +166,9 @@ def given_bytes(source: object, what: str, limit_of: Callable[[bytes], tuple[int
         limit, kind = limit_of(head)
         if size > limit:
             raise LimitError("bytes", f"{kind}: {size} bytes exceed the limit of {limit}")
-        return (view.tobytes() if data is None else data), what
+        if data is None:   # bytes are immutable: no copy of them is needed
+            data = source if type(source) is bytes else view.tobytes()
+        return data, what
     if isinstance(source, (str, os.PathLike)):
         try:
             path = os.fspath(source)
@@ -705,6 +707,7 @@ class Outputs:
         renames = [(os.path.join(os.path.dirname(p), temp_name(os.path.basename(p), token)), p)
                    for p in sorted(self._data)]
         records = [os.path.join(d, record_name(token)) for d in dirs]
+        record = {"format": COMMIT_FORMAT, "dirs": dirs, "renames": renames, "removes": removes}
         # A final name that is a directory now (an output directory's files are named only here, and
         # a declared file may have become one) would fail its rename after the commit point and leave
         # the unit to every later command's recovery: refused before anything is written.
@@ -722,8 +725,7 @@ class Outputs:
                 written.append(temp)
                 _write_new(temp, self._data[final], self._modes.get(final, 0o666))
             if len(renames) + len(removes) > 1:
-                doc = json.dumps({"format": COMMIT_FORMAT, "dirs": dirs, "renames": renames, "removes": removes},
-                                 sort_keys=True).encode("utf-8")
+                doc = json.dumps(record, sort_keys=True).encode("utf-8")
                 for path in records[1:] + records[:1]:   # the first directory's record is the commit point
                     temp = os.path.join(os.path.dirname(path), temp_name(os.path.basename(path), token))
                     written.append(temp)
@@ -758,8 +760,7 @@ class Outputs:
                 # goes on: left to the next command, every name stayed old, new or mixed until then.
                 # A write that failed is left to recovery: it may fail the same way again.
                 try:
-                    _finish(records[0], {"format": COMMIT_FORMAT, "dirs": dirs, "removes": removes,
-                                         "renames": [list(pair) for pair in renames]})
+                    _finish(records[0], record)
                 except CvmError:
                     pass
             if isinstance(e, OSError):

@@ -511,3 +511,13 @@ def test_a_trace_path_outside_the_trace_is_a_usage_error(digits, tensor):
 def test_a_trace_path_takes_numpy_integers(digits):
     trace = digits.run({"data": IMAGES[0]}, trace=True).trace
     assert trace.path(np.int64(3)) == trace.path(3)
+
+
+def test_bytes_given_as_bytes_are_not_copied_again(digits):
+    """Immutable already: a 4 GiB params file given as bytes is not held twice."""
+    from cvmvm.vm.api import model_limit
+    from serializer.cortex import read
+    data = digits.canonical_bytes
+    assert files.given_bytes(data, "model", model_limit)[0] is data
+    assert read._source_bytes(data, len(data), "params") is data
+    assert files.given_bytes(bytearray(data), "model", model_limit)[0] == data

@@ -190,7 +190,7 @@ def _source_bytes(source: Any, limit: int, what: str) -> bytes:
         view = memoryview(source)
         # nbytes, not len: a view of many dimensions or wide items holds more bytes than it has rows.
         _check_size(view.nbytes, limit, what)
-        return view.tobytes()
+        return source if type(source) is bytes else view.tobytes()   # bytes are immutable: no copy needed
     except ValueError:   # a released memoryview
         raise UsageError("argument", f"{what}: a released memoryview") from None
 
