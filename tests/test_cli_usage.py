@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from isa.errors import MAX_MESSAGE
 import cvmvm
 from cvmvm.cli import interrupts, main as cli_main
 from cvmvm.cli.common import EXIT_CODES
@@ -132,6 +133,51 @@ def test_version(capsys):
     assert text.startswith(f"cvmvm {cvmvm.__version__}\n") and "ISA version" in text and "step proof" in text
     code, info = cvmvm_json(capsys, ["--version"])
     assert code == 0 and info == cvmvm.versions()
+
+
+# -- a bug is one line too -------------------------------------------------------------------
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no message")
+
+
+BUGS = [
+    (ZeroDivisionError("division by zero"), "ZeroDivisionError: division by zero"),
+    # Defect: printed as it came, over two lines (and a message quoting an array, however long).
+    (RuntimeError("first\nsecond"), "RuntimeError: first\\nsecond"),
+    (ValueError("v" * 100_000), None),
+    # A message that cannot be made: its type still names the bug, and no traceback follows.
+    (_Unprintable(), "_Unprintable: (its message cannot be shown)"),
+]
+
+
+@pytest.mark.parametrize("bug, message", BUGS, ids=["plain", "two-lines", "long", "unprintable"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_any_other_exception_is_one_internal_bug_line(capsys, monkeypatch, demo_files, bug, message, as_json):
+    def broken(argv):
+        raise bug
+    monkeypatch.setattr(cli_main, "_run", broken)
+    argv = ["verify", str(demo_files / "digits.cvm")] + (["--json"] if as_json else [])
+    assert main(argv) == EXIT_CODES["internal"] == 7
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("cvmvm: error internal.bug: ")
+    shown = captured.err[len("cvmvm: error internal.bug: "):-1]
+    assert shown.isprintable() and len(shown) <= MAX_MESSAGE
+    assert shown == message if message is not None else shown.startswith("ValueError: vvv")
+    if as_json:
+        assert json.loads(captured.out) == {"error": "internal.bug", "message": shown}
+    else:
+        assert captured.out == ""
+
+
+def test_memory_exhausted_outside_a_run_is_a_limit(capsys, monkeypatch, demo_files):
+    """Reading or decoding a file that the host cannot hold: limit.memory (exit 6), not a bug."""
+    def exhausted(argv):
+        raise MemoryError
+    monkeypatch.setattr(cli_main, "_run", exhausted)
+    assert main(["verify", str(demo_files / "digits.cvm")]) == EXIT_CODES["limit"]
+    assert capsys.readouterr().err.startswith("cvmvm: error limit.memory: out of memory")
 
 
 # -- Ctrl-C ----------------------------------------------------------------------------------

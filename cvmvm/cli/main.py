@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
-from isa.errors import CvmError, LimitError, UsageError
+from isa.errors import CvmError, LimitError, UsageError, one_line
 from cvmvm import versions
 from cvmvm.cli import importer, model, show, tx
 from cvmvm.cli.common import EXIT_BROKEN_PIPE, EXIT_CODES, EXIT_OK, Reply
@@ -114,6 +114,16 @@ def _print(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
 
 
+def _described(e: Exception) -> str:
+    """A bug's exception as one bounded line: its message may span lines or quote a whole array,
+    and its ``__str__`` may itself fail."""
+    try:
+        text = str(e)
+    except Exception:
+        text = "(its message cannot be shown)"
+    return one_line(f"{type(e).__name__}: {text}")
+
+
 def _fail(code: str, message: str, as_json: bool) -> None:
     if as_json:
         _print(json.dumps({"error": code, "message": message}))
@@ -146,7 +156,7 @@ def _main(argv: Sequence[str] | None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_BROKEN_PIPE
         except Exception as e:  # a VM bug: still one line, in the internal family
-            _fail("internal.bug", f"{type(e).__name__}: {e}", as_json)
+            _fail("internal.bug", _described(e), as_json)
             return EXIT_CODES["internal"]
         if info is not None:  # None: the command printed its own output as it went (replay)
             _print(out)
