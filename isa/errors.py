@@ -126,6 +126,8 @@ CODES: dict[str, str] = {
     "malformed.txs_version": ("a transaction file of another version (versions 1 to 3: cvmvm tx convert), or "
                               "transactions tx convert cannot carry over (receipts of commitment formats 1 and 2)"),
     "malformed.results": "replay --resume: a results file that is not cvmvm's, or not of this transaction file",
+    "malformed.commit_record": ("never shown: a commit record (FORMAT.md section 11) that is not strict JSON is not "
+                                "honoured, and is removed"),
     "malformed.step_proof": "a step proof that does not decode",
     "malformed.trace": "a trace file that does not decode, or whose root is not the root of its entries",
     "malformed.key": "a key file that is not an Ed25519 key (PEM or raw 32 bytes), or a public key no signature can be valid under (FORMAT.md section 7)",

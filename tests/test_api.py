@@ -22,7 +22,7 @@ from serializer.cortex.layout import CANONICAL_VERSION
 from serializer.limits import MAX_GRAPH_JSON_BYTES
 from serializer.model import Input
 from serializer.records import receipt as receipt_codec, stepproof, trace as trace_codec, transactions
-from cvmvm.vm.api import single_op_model
+from cvmvm.vm.api import single_op_model, value_type
 from serializer import sha
 from cvmvm.vm import batching
 from cvmvm.vm.batching import batch_plan
@@ -136,6 +136,11 @@ def test_a_graph_json_path_is_read_under_the_graph_limit(tmp_path, monkeypatch):
     (lambda m: cvmvm.run_op("relu", [np.zeros(3, np.int32)], [1]), "usage.argument"),
     (lambda m: cvmvm.run_op("relu", [np.zeros(3, np.int32)], precisions=8), "usage.argument"),
     (lambda m: cvmvm.run_op("relu", [[1, 2]]), "input.dtype"),
+    (lambda m: cvmvm.run_op("relu", [np.zeros(3, np.int32)], precisions=[8, 8]), "input.precision"),
+    (lambda m: cvmvm.run_op("relu", [np.zeros(3, np.int32)], precisions=[0]), "invalid.precision"),
+    (lambda m: value_type(np.zeros(3, np.int32), 0), "input.precision"),
+    (lambda m: value_type(np.zeros(3, np.int32), 33), "input.precision"),
+    (lambda m: value_type(np.array([200], np.int32), 8), "input.value"),
 ])
 def test_every_bad_argument_is_a_cvm_error_with_a_code(digits, call, code):
     assert code_of(lambda: call(digits)) == code

@@ -2,7 +2,8 @@
 somewhere, and docs/ERRORS.md is exactly that list.
 
 The source is read, not run: a raise with a literal reason (``InputError("name", ...)``), a strict
-record reader (``Reader("receipt")`` fails as ``malformed.receipt``), or a whole code written as a
+record or JSON reader (``Reader("receipt")``, ``StrictJson("trace")``, ``parse_json(text, "results", ...)``
+fail as ``malformed.receipt``, ``malformed.trace``, ``malformed.results``), or a whole code written as a
 string (``"internal.bug"``).
 """
 
@@ -40,8 +41,11 @@ def raised_codes() -> dict[str, list[str]]:
                 name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
                 if name in FAMILY_OF:
                     code = f"{FAMILY_OF[name]}.{node.args[0].value}"
-                elif name == "Reader":
+                elif name in ("Reader", "StrictJson"):
                     code = f"malformed.{node.args[0].value}"
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == \
+                    "parse_json" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                code = f"malformed.{node.args[1].value}"   # strict.parse_json(text, reason, what)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and CODE.fullmatch(node.value):
                 code = node.value
             if code is not None:

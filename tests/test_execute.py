@@ -4,6 +4,7 @@ op does not prove it), the outputs the caller's own, and runs from many threads 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -15,7 +16,8 @@ from cvmvm.vm.execute import compiled, execute, prepare_input, prepare_inputs
 from isa.errors import CvmError
 from isa.table import OPS
 from isa.types import TensorType
-from tests.test_receipt import digits_model
+from serializer.model import Input
+from tests.test_receipt import build, digits_model, instr
 
 def code_of(call) -> str:
     with pytest.raises(CvmError) as e:
@@ -68,6 +70,16 @@ def test_a_kernel_that_breaks_its_verified_type_is_an_internal_error(digits, ima
     with_kernel(digits, step, lambda *a: wrong(good(*a)[0]))
     assert code_of(lambda: digits.run(feeds)) == code
     assert code_of(lambda: digits.run(feeds, trace=True)) == code
+
+
+def test_an_instruction_with_another_ops_attribute_record_is_an_internal_error():
+    """Every decoder builds an instruction's record from its op's schema: a record of another op
+    comes only from code that builds a model itself, a bug verification names, never runs."""
+    clip = instr("cvm_clip", (0,), 1, precision=8)
+    wrong = dataclasses.replace(instr("relu", (0,), 1), attrs=clip.attrs)
+    with pytest.raises(CvmError) as e:
+        build([Input("x", TensorType((4,), 8))], [], [wrong], [1])
+    assert e.value.code == "internal.attrs" and "instruction 0 (relu)" in e.value.message
 
 
 def test_checked_ops_are_range_checked_and_in_range_ops_say_why():

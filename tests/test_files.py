@@ -3,6 +3,7 @@ committed as one unit, all old or all new wherever a command dies."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import json
@@ -67,6 +68,39 @@ def test_read_bytes_permission(tmp_path):
     (tmp_path / "secret").write_bytes(b"x")
     (tmp_path / "secret").chmod(0)
     assert code_of(files.read_bytes, tmp_path / "secret", "model") == "io.permission"
+
+
+class _DiskError(io.BytesIO):
+    def read(self, size=-1):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def test_a_failed_read_is_io_read(capsys, tmp_path, monkeypatch):
+    """A read that fails (a disk error, EIO) is io.read, naming the file and the OS's words;
+    the CLI prints it as one line and exits with the io family's code."""
+    with pytest.raises(CvmError) as e:
+        files.read_bounded(_DiskError(), 10, 100, "model", tmp_path / "m.cvm")
+    assert e.value.code == "io.read" and e.value.message == f"model {tmp_path / 'm.cvm'}: {os.strerror(errno.EIO)}"
+    (tmp_path / "m.cvm").write_bytes(b"x" * 10)
+    real = files.read_bounded
+    monkeypatch.setattr(files, "read_bounded", lambda f, *args, **kw: real(_DiskError(), *args, **kw))
+    assert main(["verify", str(tmp_path / "m.cvm")]) == EXIT_CODES["io"]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cvmvm: error io.read: ")
+    assert err.endswith(f" {tmp_path / 'm.cvm'}: {os.strerror(errno.EIO)}\n")
+
+
+@pytest.mark.parametrize("number, reason", [
+    (errno.ENOENT, "not_found"), (errno.ENOTDIR, "not_found"), (errno.EACCES, "permission"),
+    (errno.EPERM, "permission"), (errno.EISDIR, "not_regular"), (errno.ELOOP, "not_regular"),
+    (errno.ENXIO, "not_regular"), (errno.EIO, None), (errno.ENOSPC, None), (errno.EFBIG, None),
+])
+def test_the_io_reason_an_errno_names(number, reason):
+    """Tested by errno, since root (as CI runs) reads and writes every file: no test can meet
+    EACCES through the file system there."""
+    e = OSError(number, os.strerror(number), "f")
+    assert files.read_failure(e, "model", "f").code == f"io.{reason or 'read'}"
+    assert files.write_failure(e, "output", "f").code == f"io.{reason or 'write'}"
 
 
 def test_read_bytes_limits_before_reading(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+import types
 
 import functools
 
@@ -329,6 +330,34 @@ def test_mixed_models_workers_and_batch_sizes_give_one_answer(store):
         assert schedule.replay(txs, store, **kw) == reference
 
 
+class _TaskFailed(Exception):
+    """What ray.get raises for a failed task (a ray.exceptions.RayError): the task's own
+    exception, where there is one, as its ``cause``."""
+
+    def __init__(self, cause):
+        super().__init__(f"{'the task failed' if cause else 'the task was lost with its node'}\n(Ray's details)")
+        self.cause = cause
+
+
+@pytest.mark.parametrize("cause, code", [
+    (RuntimeError("a worker's bug"), "internal.ray"),
+    (ModuleNotFoundError("No module named 'cvmvm'"), "usage.ray_worker"),
+    (None, "internal.ray"),   # lost with its node more often than Ray retries it: no cause
+])
+def test_a_failed_ray_task_is_one_error(cause, code):
+    """The answer a failed task gets, without a cluster (tests/test_ray_cluster.py meets the import
+    failure on a real one): one error naming the cause, never Ray's exception."""
+    def get(ref):
+        raise _TaskFailed(cause)
+    tasks = schedule.Ray.__new__(schedule.Ray)   # its __init__ starts Ray; _get needs only the module
+    tasks.ray = types.SimpleNamespace(get=get, exceptions=types.SimpleNamespace(RayError=_TaskFailed))
+    with pytest.raises(CvmError) as e:
+        tasks._get(object())
+    assert e.value.code == code
+    said = f"{type(cause).__name__}: {cause}" if cause is not None else "the task was lost with its node"
+    assert said in e.value.message and "Ray's details" not in e.value.message
+
+
 def test_ray_gives_the_same_answer(store):
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install cvmvm[ray])")
     models = [mlp_model(), pair_model()]
@@ -450,6 +479,18 @@ def test_tx_demo_checks_every_output_before_it_generates(capsys, tmp_path, block
     code, info = cli_json(capsys, ["tx", "demo", "3", str(tmp_path)])
     assert code == EXIT_CODES["io"] and info["error"] == "io.not_regular"
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_a_record_sent_back_as_undecodable_that_decodes_is_a_bug():
+    """Replay reads each record's model hash from its canonical prefix and decodes a record whose
+    prefix it cannot read in full, for that record's error; a record that decodes there after all
+    means the two readers disagree, a bug named as one, never an outcome of that transaction."""
+    model = mlp_model()
+    body = transactions.encode_tx(honest(model, clipped_inputs(model, 1, 7)[0]))
+    with pytest.raises(CvmError) as e:
+        schedule._undecodable(transactions.Record(4, 100, body))
+    assert e.value.code == "internal.replay" and "transaction 4" in e.value.message
+    assert schedule._undecodable(transactions.Record(4, 100, body[:-1])).error.startswith("malformed.")
 
 
 def test_cli_text_report_and_clean_exit(capsys, tmp_path, store):
