@@ -5,7 +5,9 @@ what convert cannot carry over (receipts of commitment formats 1 and 2)."""
 from __future__ import annotations
 
 import io
+import json
 import struct
+import sys
 
 import msgpack
 import numpy as np
@@ -16,6 +18,8 @@ from isa.errors import CvmError
 from isa.types import TensorType
 from serializer.model import Input
 from serializer.records import transactions
+from cvmvm.cli import tx as cli_tx
+from cvmvm.cli.main import main
 from cvmvm.tx import schedule
 from cvmvm.tx.store import Store
 from tests.test_receipt import build, cli_json, instr, mlp_model, mlp_receipt, pair_model
@@ -478,3 +482,38 @@ def test_tx_add_checks_its_file_before_the_run(capsys, tmp_path):
     code, info = cli_json(capsys, ["tx", "add", str(tmp_path / "nodir" / "t.cvmtx"), "--model",
                                    str(tmp_path / "m.cvm"), "--input", f"x={tmp_path / 'wrong.npy'}"])
     assert code == 8 and info["error"] == "io.not_found" and "nodir" in info["message"]
+
+
+# -- progress bars ------------------------------------------------------------------------------
+
+def test_every_command_over_a_transaction_file_draws_a_bar_on_a_terminal(capsys, monkeypatch, tmp_path, store):
+    """replay, tx demo (up to 10,000,000 transactions), tx convert and tx add (each copies the whole
+    file) count transactions on stderr, on a terminal only, and not with --quiet; the output is the same."""
+    pytest.importorskip("tqdm", reason="the progress extra is not installed (pip install 'cvmvm[progress]')")
+    # Here, not in a fixture: capsys's stderr is in place only once the test runs.
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(cli_tx, "TX_BAR_DELAY", 0)   # drawn at once, not after half a second
+    model = mlp_model()
+    store.add(model)
+    (tmp_path / "m.cvm").write_bytes(model.canonical_bytes)
+    np.save(tmp_path / "x.npy", np.array([[1, 2, 3, 4]], dtype=np.int32))
+    (tmp_path / "old.cvmtx").write_bytes(_v3([transactions.encode_tx(t) for t in _txs(model, 3)]))
+    runs = [
+        ("tx demo", ["tx", "demo", "5", str(tmp_path / "demo")], "5.00/5.00"),
+        ("tx convert", ["tx", "convert", str(tmp_path / "old.cvmtx"), str(tmp_path / "new.cvmtx")], "3.00tx"),
+        ("tx add", ["tx", "add", str(tmp_path / "new.cvmtx"), "--model", str(tmp_path / "m.cvm"),
+                    "--input", f"x={tmp_path / 'x.npy'}"], "4.00/4.00"),
+        ("replay", ["replay", str(tmp_path / "new.cvmtx"), "--store", str(store.root)], "4.00/4.00"),
+    ]
+    for name, argv, count in runs:
+        code = main([*argv, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0 and "error" not in json.loads(out)
+        assert f"{name}: " in err and count in err, err
+    for name, argv, _ in runs:
+        if name == "tx add":   # its TXS is now one longer: add to a copy, as the first time
+            argv = ["tx", "add", str(tmp_path / "quiet.cvmtx"), *argv[3:]]
+        elif name == "tx demo" or name == "tx convert":
+            argv = [*argv[:-1], argv[-1] + "-quiet"]
+        code = main([*argv, "--quiet"])
+        assert code == 0 and capsys.readouterr().err == "", name

@@ -86,10 +86,11 @@ def cmd_store_list(args: argparse.Namespace) -> Reply:
 # -- replay -------------------------------------------------------------------------------
 
 class _Progress:
-    """A tqdm bar on stderr (rate, ETA, mismatches and errors so far), when tqdm is installed
-    (the ``progress`` extra), stderr is a terminal and --quiet is not given."""
+    """A tqdm bar on stderr counting transactions, when tqdm is installed (the ``progress``
+    extra), stderr is a terminal and --quiet is not given.  ``delay``: shown only once the
+    command has run this long (a ``tx add`` to a small file never draws one)."""
 
-    def __init__(self, total: int | None, quiet: bool) -> None:
+    def __init__(self, total: int | None, quiet: bool, desc: str, delay: float = 0.0) -> None:
         self.bar = None
         if quiet or not sys.stderr.isatty():
             return
@@ -97,17 +98,28 @@ class _Progress:
             from tqdm import tqdm
         except ImportError:
             return
-        self.bar = tqdm(total=total, unit="tx", unit_scale=True, desc="replay", file=sys.stderr,
-                        dynamic_ncols=True, smoothing=0.05)
+        self.bar = tqdm(total=total, unit="tx", unit_scale=True, desc=desc, file=sys.stderr,
+                        dynamic_ncols=True, smoothing=0.05, delay=delay)
 
-    def update(self, n: int, report: results.Report) -> None:
+    def update(self, n: int, note: str | None = None) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(f"{report.mismatch} mismatch, {report.error} error", refresh=False)
+            if note is not None:
+                self.bar.set_postfix_str(note, refresh=False)
             self.bar.update(n)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# The tx commands' bars wait this long: most of their runs are over before it.
+TX_BAR_DELAY = 0.5
 
 
 def cmd_replay(args: argparse.Namespace) -> Reply:
@@ -134,7 +146,7 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
         else:
             out = results.ResultsFile.create(args.output, opts.signer, opts.limits)
     report = results.Report()
-    progress = _Progress(total, args.quiet)
+    progress = _Progress(total, args.quiet, "replay")
     stdout = sys.stdout
     first = True  # with --json, the object opens with the first outcome: a failure before it prints only the error
     try:
@@ -152,7 +164,7 @@ def cmd_replay(args: argparse.Namespace) -> Reply:
             if text:
                 stdout.write("".join(text))
                 stdout.flush()
-            progress.update(len(burst), report)
+            progress.update(len(burst), f"{report.mismatch} mismatch, {report.error} error")
     except CvmError as e:
         if e.code != "malformed.txs" or report.total == 0:
             raise
@@ -187,7 +199,12 @@ def cmd_tx_add(args: argparse.Namespace) -> Reply:
                                                receipt_codec.MAX_RECEIPT_BYTES))
     tx, actual, clipping = txtools.transaction_for(model, parse_inputs(args.input), claim)
     warn_clipping(clipping)
-    count = txtools.append(Path(args.txs), [transactions.encode_tx(tx)])
+    try:
+        total = schedule.count_hint(args.txs) if os.path.lexists(args.txs) else 0
+    except CvmError:   # for the bar only: append names what is wrong with TXS
+        total = None
+    with _Progress(None if total is None else total + 1, args.quiet, "tx add", TX_BAR_DELAY) as bar:
+        count = txtools.append(Path(args.txs), [transactions.encode_tx(tx)], bar.update)
     holds = receipt.mismatches(tx.receipt, actual)
     info = {"txs": args.txs, "index": count - 1, "model_hash": model.model_hash.hex(),
             "receipt_matches_run": not holds, "mismatched_fields": list(holds), "clipped": clipping_json(clipping)}
@@ -198,14 +215,18 @@ def cmd_tx_add(args: argparse.Namespace) -> Reply:
 
 
 def cmd_tx_convert(args: argparse.Namespace) -> Reply:
-    count = txtools.convert(Path(args.old), Path(args.new))
+    # No total: an old version's last bytes state no count.
+    with _Progress(None, args.quiet, "tx convert", TX_BAR_DELAY) as bar:
+        count = txtools.convert(Path(args.old), Path(args.new), bar.update)
     return (EXIT_OK, {"transactions": count, "out": args.new, "version": transactions.TXS_VERSION},
             f"wrote {count} transactions to {args.new} (version {transactions.TXS_VERSION})")
 
 
 def cmd_tx_demo(args: argparse.Namespace) -> Reply:
     model, images = demo.demo_model_and_images()
-    expected = txtools.generate(model, images, Path(args.out), args.count, signed=not args.unsigned)
+    with _Progress(args.count, args.quiet, "tx demo", TX_BAR_DELAY) as bar:
+        expected = txtools.generate(model, images, Path(args.out), args.count, signed=not args.unsigned,
+                                    advance=bar.update)
     kinds: dict[str, int] = {}
     for b in expected["bad"]:
         kinds[b["kind"]] = kinds.get(b["kind"], 0) + 1
@@ -414,6 +435,9 @@ def add_commands(command: Command) -> None:
     gen.set_defaults(func=cmd_tx_demo)
     for sub in (add, conv, gen):
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
+        sub.add_argument("--quiet", action="store_true", help="no progress bar (there is one on a terminal, after "
+                                                              f"{TX_BAR_DELAY} s, when the 'progress' extra, tqdm, "
+                                                              "is installed)")
 
     p = command("keygen", cmd_keygen, "write an Ed25519 key pair: KEY (private, for --sign) and KEY.pub (for --signer)")
     p.add_argument("key", type=path_name, help="private key file to write; the public key goes to KEY.pub")

@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -47,6 +47,26 @@ KINDS = ("output_hash", "trace_root", "ops", "signature", "unknown_model", "malf
 UNSIGNED_KINDS = tuple(k for k in KINDS if k != "signature")
 UNKNOWN_MODEL = hashlib.sha256(b"cvmvm/make_txs/unknown model").digest()
 STEP = 4096  # transactions run (and written) at a time
+# Told how many more transactions are done: the command line's progress bar.  Told in steps of
+# STEP, so that the bar costs nothing next to the records.
+Advance = Callable[[int], None]
+T = TypeVar("T")
+
+
+def _counted(items: Iterable[T], advance: Advance | None) -> Iterator[T]:
+    """``items``, telling ``advance`` of every STEP of them done, and of the rest at the end."""
+    if advance is None:
+        yield from items
+        return
+    done = 0
+    for item in items:
+        yield item
+        done += 1
+        if done == STEP:
+            advance(done)
+            done = 0
+    if done:
+        advance(done)
 MAX_DEMO = 10_000_000   # demo transactions in one file: some 6 GB (a million is 601 MB)
 
 
@@ -103,7 +123,8 @@ def _transaction(i: int, x: np.ndarray, r: receipt.Receipt, model_hash: bytes, n
     return tx, (None if kind is None or expect is None else {"index": i, "kind": kind, **expect})
 
 
-def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bool = True) -> dict[str, Any]:
+def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bool = True,
+             advance: Advance | None = None) -> dict[str, Any]:
     """Write the store, the transactions, the expectations (and the public key when signed);
     return the expectations.  Every output is checked before anything is generated; the
     transaction file is streamed as a unit of its own, then the key and the expectations are
@@ -131,6 +152,8 @@ def generate(model: Model, images: np.ndarray, out: Path, count: int, signed: bo
                 writer.add(tx)
                 if expect is not None:
                     bad.append(expect)
+            if advance is not None:
+                advance(len(xs))
         writer.close()
     if key is not None and public is not None:
         last.put(public, key.public_key().public_bytes_raw())
@@ -155,7 +178,7 @@ def transaction_for(model: Model, inputs: dict[str, np.ndarray], claim: Receipt 
     return tx, actual, list(result.clipping)
 
 
-def append(path: Path, bodies: list[bytes]) -> int:
+def append(path: Path, bodies: list[bytes], advance: Advance | None = None) -> int:
     """Write ``path`` with its transactions (if it exists) followed by ``bodies``; return the count.
     The old file is opened under the directory's lock (files.output_stream): opened before it, two
     concurrent appends each copied the same old file, and one's transaction was lost."""
@@ -164,9 +187,9 @@ def append(path: Path, bodies: list[bytes]) -> int:
         try:
             writer = transactions.TxWriter(out)
             if old is not None:
-                for r in transactions.iter_records(old, str(path)):
+                for r in _counted(transactions.iter_records(old, str(path)), advance):
                     writer.add_record(r.body)
-            for body in bodies:
+            for body in _counted(bodies, advance):
                 writer.add_record(body)
             writer.close()
             return writer.count
@@ -175,7 +198,7 @@ def append(path: Path, bodies: list[bytes]) -> int:
                 old.close()
 
 
-def convert(source: Path, target: Path) -> int:
+def convert(source: Path, target: Path, advance: Advance | None = None) -> int:
     """A version 1, 2 or 3 file -> a file of this version; return the count.
 
     The framing is converted; each record is carried over byte for byte, and
@@ -201,7 +224,7 @@ def convert(source: Path, target: Path) -> int:
         old: dict[int, int] = {}   # record index -> its receipt's commitment format
         with files.output_stream(target, "NEW", reads=[source]) as out:
             writer = transactions.TxWriter(out)
-            for r in records:
+            for r in _counted(records, advance):
                 fmt = transactions.old_receipt(r.body)
                 if fmt is not None:
                     old[r.index] = fmt
